@@ -1,0 +1,302 @@
+"""Instance = topology + collective + chunk size + slot rule, and the slotted numbers.
+
+The slot semantics are the canonical ones of DESIGN.md (shared by every engine, the verifier
+and the simulator):
+
+- ``tau = mu / max B`` (the paper's slot length, section 1.2 item 1); optionally from the
+  slowest link or given explicitly;
+- per link ``l = ceil((mu / B) / tau)`` occupancy slots, ``delta = ceil(alpha / tau)``
+  propagation slots (0 when ``alpha / tau <= alpha_threshold``), ``L = delta + l``;
+- a send ``(chunk, u -> v, t)`` occupies the link in slots ``t .. t+l-1`` and the chunk is
+  usable at ``v`` from slot ``t + L``;
+- capacity ``omega[(u, v), t]``: 1 by default, 0 for an outage.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from ccplan.errors import ValidationError
+from ccplan.instances.collectives import Collective
+from ccplan.instances.topology import Topology, check_keys
+
+_EPS = 1e-9
+
+TAU_RULES: tuple[str, ...] = ("fastest", "slowest", "explicit")
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def parse_size(text: str | int | float) -> float:
+    """Parse a data size: bytes as a number, or ``"1KB"``, ``"64MB"``, ``"1GB"``.
+
+    Units are decimal as in TE-CCL (1KB = 1000 bytes); ``KiB``/``MiB``/``GiB`` are binary.
+
+    Raises
+    ------
+    ValidationError
+        Unparseable text or a size that is not positive.
+    """
+    if isinstance(text, bool):
+        raise ValidationError(f"size must be a number of bytes or like '1MB', got {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        if not match or match.group(2).upper() not in _SIZE_UNITS:
+            raise ValidationError(
+                f"size {text!r} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
+            )
+        value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"size must be positive, got {text!r}")
+    return value
+
+
+def format_size(num_bytes: float) -> str:
+    """Inverse of :func:`parse_size` for round decimal sizes (``1e9 -> '1GB'``)."""
+    for unit in ("TB", "GB", "MB", "KB"):
+        factor = _SIZE_UNITS[unit]
+        if num_bytes >= factor and abs(num_bytes / factor - round(num_bytes / factor)) < 1e-9:
+            return f"{round(num_bytes / factor)}{unit}"
+    return f"{num_bytes:g}B"
+
+
+def _ceil(x: float) -> int:
+    """Ceiling that forgives float noise (``ceil(2.0000000001) == 2``)."""
+    return int(math.ceil(x - _EPS))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A frozen, validated scheduling problem.
+
+    Parameters
+    ----------
+    topology : Topology
+    collective : Collective
+    size_bytes : float
+        Output buffer size of one GPU (TE-CCL's convention); the chunk size is
+        ``size_bytes / collective.pieces``.
+    tau_rule : {"fastest", "slowest", "explicit"}
+        Slot length from the fastest link (the paper's tau, default), the slowest, or
+        ``tau_us`` given explicitly.
+    tau_us_explicit : float, optional
+        The slot length in microseconds when ``tau_rule == "explicit"``.
+    alpha_threshold : float
+        ``delta = 0`` when ``alpha / tau <= alpha_threshold`` (TE-CCL's rule; 0 gives the
+        paper's literal ``ceil``).
+    single_port : bool
+        At most one send and one receive per node per slot (the model of ``001_*.txt``).
+    capacity : int
+        Default ``omega``: chunks that may occupy a link in one slot.
+    outages : tuple of (src, dst, slot)
+        Slots in which a link has ``omega = 0`` (an outage or a reserved slot).
+    """
+
+    topology: Topology
+    collective: Collective
+    size_bytes: float
+    tau_rule: str = "fastest"
+    tau_us_explicit: float | None = None
+    alpha_threshold: float = 0.1
+    single_port: bool = False
+    capacity: int = 1
+    outages: tuple[tuple[int, int, int], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.topology, Topology):
+            raise ValidationError("instance.topology must be a Topology")
+        if not isinstance(self.collective, Collective):
+            raise ValidationError("instance.collective must be a Collective")
+        self.collective.check_against(self.topology)
+        size = parse_size(self.size_bytes)
+        object.__setattr__(self, "size_bytes", size)
+        if self.tau_rule not in TAU_RULES:
+            raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {self.tau_rule!r}")
+        if self.tau_rule == "explicit":
+            if self.tau_us_explicit is None or not self.tau_us_explicit > 0:
+                raise ValidationError(
+                    f"tau_us must be a positive number with tau_rule 'explicit', got {self.tau_us_explicit!r}"
+                )
+        elif self.tau_us_explicit is not None:
+            raise ValidationError("tau_us is only allowed with tau_rule 'explicit'")
+        if not (self.alpha_threshold >= 0 and math.isfinite(self.alpha_threshold)):
+            raise ValidationError(f"alpha_threshold must be >= 0, got {self.alpha_threshold!r}")
+        if not isinstance(self.capacity, int) or self.capacity < 1:
+            raise ValidationError(f"capacity must be a positive integer, got {self.capacity!r}")
+        outages = tuple(sorted({(int(a), int(b), int(t)) for a, b, t in self.outages}))
+        for a, b, t in outages:
+            if not self.topology.has_link(a, b):
+                raise ValidationError(f"outages: no link {a}->{b} in topology {self.topology.name!r}")
+            if t < 0:
+                raise ValidationError(f"outages: slot must be >= 0, got {t} on link {a}->{b}")
+        object.__setattr__(self, "outages", outages)
+
+    # ----------------------------------------------------------------- slotted numbers
+    @property
+    def chunk_bytes(self) -> float:
+        """``mu``: bytes per chunk."""
+        return self.size_bytes / self.collective.pieces
+
+    @cached_property
+    def transfer_us(self) -> np.ndarray:
+        """Per-link time to push one chunk, ``mu / B``, in microseconds."""
+        # bytes / (GB/s) = 1e-9 s = 1e-3 us
+        return self.chunk_bytes / self.topology.bandwidth * 1e-3
+
+    @cached_property
+    def tau_us(self) -> float:
+        """Slot length in microseconds (see ``tau_rule``)."""
+        if self.tau_rule == "explicit":
+            assert self.tau_us_explicit is not None
+            return float(self.tau_us_explicit)
+        if self.topology.num_links == 0:
+            raise ValidationError(f"topology {self.topology.name!r} has no links")
+        if self.tau_rule == "fastest":
+            return float(self.transfer_us.min())
+        return float(self.transfer_us.max())
+
+    @cached_property
+    def occupancy(self) -> np.ndarray:
+        """Per-link ``l``: slots a send occupies the link (>= 1)."""
+        return np.array([max(1, _ceil(x / self.tau_us)) for x in self.transfer_us], dtype=np.int64)
+
+    @cached_property
+    def delay(self) -> np.ndarray:
+        """Per-link ``delta``: propagation slots (0 below the alpha threshold)."""
+        out = []
+        for a in self.topology.alpha:
+            ratio = a / self.tau_us
+            out.append(0 if ratio <= self.alpha_threshold else _ceil(ratio))
+        return np.array(out, dtype=np.int64)
+
+    @cached_property
+    def latency(self) -> np.ndarray:
+        """Per-link ``L = delta + l``: a chunk sent in slot t is usable at the head from t+L."""
+        return self.delay + self.occupancy
+
+    @cached_property
+    def outage_set(self) -> frozenset[tuple[int, int]]:
+        """``(link index, slot)`` pairs with zero capacity."""
+        index = self.topology.link_index
+        return frozenset((index[(a, b)], t) for a, b, t in self.outages)
+
+    def omega(self, link: int, slot: int) -> int:
+        """Capacity of link (by index) in ``slot``: chunks that may occupy it at once."""
+        return 0 if (link, slot) in self.outage_set else self.capacity
+
+    def slots_to_us(self, slots: float) -> float:
+        """Convert a number of slots to microseconds."""
+        return float(slots) * self.tau_us
+
+    def algbw_GBps(self, time_us: float) -> float:
+        """Algorithmic bandwidth: output bytes / time (GB/s), as TE-CCL reports it."""
+        if time_us <= 0:
+            return math.inf
+        return self.size_bytes / (time_us * 1e3)
+
+    # ----------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (topology inline, so a schedule file is self-contained)."""
+        out: dict[str, Any] = {
+            "topology": self.topology.to_dict(),
+            "collective": self.collective.to_dict(),
+            "size_bytes": self.size_bytes,
+            "tau_rule": self.tau_rule,
+            "alpha_threshold": self.alpha_threshold,
+            "single_port": self.single_port,
+            "capacity": self.capacity,
+            "outages": [list(o) for o in self.outages],
+        }
+        if self.tau_us_explicit is not None:
+            out["tau_us"] = self.tau_us_explicit
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Instance:
+        """Rebuild from :meth:`to_dict` output."""
+        if not isinstance(data, Mapping):
+            raise ValidationError("instance must be a JSON object")
+        allowed = {
+            "topology",
+            "collective",
+            "size_bytes",
+            "tau_rule",
+            "tau_us",
+            "alpha_threshold",
+            "single_port",
+            "capacity",
+            "outages",
+        }
+        check_keys(data, allowed, {"topology", "collective", "size_bytes"}, "instance")
+        topology = Topology.from_dict(data["topology"])
+        collective = Collective.from_dict(data["collective"], topology)
+        outages = data.get("outages", [])
+        if not isinstance(outages, list) or any(
+            not isinstance(o, list) or len(o) != 3 for o in outages
+        ):
+            raise ValidationError("instance.outages must be a list of [src, dst, slot]")
+        return cls(
+            topology=topology,
+            collective=collective,
+            size_bytes=data["size_bytes"],
+            tau_rule=data.get("tau_rule", "fastest"),
+            tau_us_explicit=data.get("tau_us"),
+            alpha_threshold=data.get("alpha_threshold", 0.1),
+            single_port=bool(data.get("single_port", False)),
+            capacity=data.get("capacity", 1),
+            outages=tuple(tuple(o) for o in outages),  # type: ignore[misc]
+        )
+
+    def describe(self) -> str:
+        """One line naming the instance, for logs and tables."""
+        coll = self.collective
+        root = f" root={coll.root}" if coll.root is not None else ""
+        return (
+            f"{self.topology.name} {coll.kind}{root} size={format_size(self.size_bytes)} C={coll.chunks} "
+            f"tau={self.tau_us:.6g}us"
+        )
+
+
+def make_instance(
+    topology: Topology,
+    collective: Collective,
+    size: str | float,
+    *,
+    tau_rule: str = "fastest",
+    tau_us: float | None = None,
+    alpha_threshold: float = 0.1,
+    single_port: bool = False,
+    capacity: int = 1,
+    outages: Iterable[tuple[int, int, int]] = (),
+) -> Instance:
+    """Build an :class:`Instance`, parsing ``size`` (``"1GB"`` or bytes)."""
+    return Instance(
+        topology=topology,
+        collective=collective,
+        size_bytes=parse_size(size),
+        tau_rule=tau_rule,
+        tau_us_explicit=tau_us,
+        alpha_threshold=alpha_threshold,
+        single_port=single_port,
+        capacity=capacity,
+        outages=tuple(outages),
+    )

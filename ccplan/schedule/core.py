@@ -1,0 +1,165 @@
+"""Schedule: the list of sends every engine produces, and its JSON file.
+
+A schedule file is self-contained: it carries the instance (topology inline) and the sends::
+
+    {"format": "ccplan-schedule/1", "method": "mteg", "instance": {...},
+     "sends": [{"chunk": [0, 0], "src": 0, "dst": 1, "slot": 0}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccplan.errors import ValidationError
+from ccplan.instances.collectives import Chunk
+from ccplan.instances.instance import Instance
+from ccplan.instances.topology import check_keys, load_json
+
+SCHEDULE_FORMAT = "ccplan-schedule/1"
+
+
+def _nonneg_int(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValidationError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, order=True)
+class Send:
+    """One transmission: ``chunk`` leaves ``src`` on link ``src -> dst`` in ``slot``.
+
+    Ordering is by slot first, so ``sorted(sends)`` is chronological.
+    """
+
+    slot: int
+    chunk: Chunk
+    src: int
+    dst: int
+
+    def __post_init__(self) -> None:
+        _nonneg_int(self.slot, "send.slot")
+        if (
+            not isinstance(self.chunk, tuple)
+            or len(self.chunk) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in self.chunk)
+        ):
+            raise ValidationError(f"send.chunk must be a pair of integers, got {self.chunk!r}")
+        _nonneg_int(self.src, "send.src")
+        _nonneg_int(self.dst, "send.dst")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form ``{"chunk": [s, i], "src": u, "dst": v, "slot": t}``."""
+        return {"chunk": list(self.chunk), "src": self.src, "dst": self.dst, "slot": self.slot}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "send") -> Send:
+        """Parse the JSON form; names the offending field on error."""
+        if not isinstance(data, Mapping):
+            raise ValidationError(f"{where} must be an object")
+        check_keys(data, {"chunk", "src", "dst", "slot"}, {"chunk", "src", "dst", "slot"}, where)
+        chunk = data["chunk"]
+        if not isinstance(chunk, list) or len(chunk) != 2:
+            raise ValidationError(f"{where}.chunk must be [source, index], got {chunk!r}")
+        try:
+            return cls(
+                slot=data["slot"], chunk=(chunk[0], chunk[1]), src=data["src"], dst=data["dst"]
+            )
+        except ValidationError as exc:
+            raise ValidationError(f"{where}: {exc}") from None
+
+    def describe(self) -> str:
+        """Human form used in verifier messages."""
+        return f"chunk {list(self.chunk)} on link {self.src}->{self.dst} at slot {self.slot}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A frozen list of sends, kept sorted chronologically.
+
+    Parameters
+    ----------
+    sends : tuple of Send
+    method : str
+        Name of the engine (or variant) that produced it; informational.
+    """
+
+    sends: tuple[Send, ...]
+    method: str = ""
+    info: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sends", tuple(sorted(self.sends)))
+        for s in self.sends:
+            if not isinstance(s, Send):
+                raise ValidationError("schedule.sends must hold Send objects")
+
+    @classmethod
+    def of(cls, sends: Iterable[Send | tuple[Chunk, int, int, int]], method: str = "") -> Schedule:
+        """Build from Sends or ``(chunk, src, dst, slot)`` tuples."""
+        out = []
+        for s in sends:
+            if isinstance(s, Send):
+                out.append(s)
+            else:
+                chunk, src, dst, slot = s
+                out.append(Send(slot=slot, chunk=tuple(chunk), src=src, dst=dst))  # type: ignore[arg-type]
+        return cls(tuple(out), method=method)
+
+    def __len__(self) -> int:
+        return len(self.sends)
+
+    @property
+    def last_slot(self) -> int:
+        """Largest send slot (-1 for an empty schedule)."""
+        return max((s.slot for s in self.sends), default=-1)
+
+    def to_dict(self, instance: Instance) -> dict[str, Any]:
+        """Self-contained JSON form with the instance."""
+        return {
+            "format": SCHEDULE_FORMAT,
+            "method": self.method,
+            "instance": instance.to_dict(),
+            "sends": [s.to_dict() for s in self.sends],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> tuple[Instance, Schedule]:
+        """Parse a schedule file's content into ``(instance, schedule)``."""
+        if not isinstance(data, Mapping):
+            raise ValidationError("schedule: top level must be a JSON object")
+        check_keys(
+            data,
+            {"format", "method", "instance", "sends", "makespan_slots"},
+            {"instance", "sends"},
+            "schedule",
+        )
+        fmt = data.get("format", SCHEDULE_FORMAT)
+        if fmt != SCHEDULE_FORMAT:
+            raise ValidationError(f"schedule.format must be {SCHEDULE_FORMAT!r}, got {fmt!r}")
+        instance = Instance.from_dict(data["instance"])
+        raw = data["sends"]
+        if not isinstance(raw, list):
+            raise ValidationError("schedule.sends must be a list")
+        sends = tuple(Send.from_dict(s, f"sends[{i}]") for i, s in enumerate(raw))
+        method = data.get("method", "")
+        if not isinstance(method, str):
+            raise ValidationError(f"schedule.method must be a string, got {method!r}")
+        return instance, cls(sends, method=method)
+
+
+def save_schedule(path: str | Path, instance: Instance, schedule: Schedule) -> None:
+    """Write a schedule file atomically (a temporary file renamed into place)."""
+    target = Path(path)
+    text = json.dumps(schedule.to_dict(instance), indent=None, separators=(",", ":"))
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(text + "\n")
+    tmp.replace(target)
+
+
+def load_schedule(path: str | Path) -> tuple[Instance, Schedule]:
+    """Read a schedule file written by :func:`save_schedule`."""
+    return Schedule.from_dict(load_json(path, "schedule"))

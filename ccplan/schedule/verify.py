@@ -1,0 +1,222 @@
+"""The independent verifier: checks a schedule against an instance, nothing else.
+
+It depends only on :class:`~ccplan.instances.Instance` and :class:`Schedule` (no engine, no
+solver), replays the sends slot by slot with the canonical semantics of DESIGN.md and names
+the chunk, link and slot of every violation.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ccplan.instances.collectives import Chunk
+from ccplan.instances.instance import Instance
+from ccplan.schedule.core import Schedule, Send
+
+VIOLATION_KINDS: tuple[str, ...] = (
+    "unknown-chunk",
+    "no-link",
+    "causality",
+    "duplicate-receive",
+    "capacity",
+    "single-port-send",
+    "single-port-receive",
+    "postcondition",
+)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule.
+
+    Parameters
+    ----------
+    kind : str
+        One of :data:`VIOLATION_KINDS`.
+    message : str
+        Human text naming chunk, link and slot.
+    chunk, link, slot
+        The offending chunk, ``(src, dst)`` and slot, where they apply.
+    """
+
+    kind: str
+    message: str
+    chunk: Chunk | None = None
+    link: tuple[int, int] | None = None
+    slot: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """Outcome of :func:`verify`.
+
+    Attributes
+    ----------
+    ok : bool
+        No violation.
+    violations : tuple of Violation
+    makespan_slots : int or None
+        First slot at whose start every postcondition holds (None when one never holds).
+    makespan_us : float or None
+        ``makespan_slots * tau``.
+    arrivals : dict
+        ``(chunk, node) -> slot`` from which the node holds the chunk (0 for the precondition).
+    """
+
+    ok: bool
+    violations: tuple[Violation, ...]
+    makespan_slots: int | None
+    makespan_us: float | None
+    num_sends: int
+    arrivals: dict[tuple[Chunk, int], int] = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary."""
+        return {
+            "ok": self.ok,
+            "makespan_slots": self.makespan_slots,
+            "makespan_us": self.makespan_us,
+            "num_sends": self.num_sends,
+            "violations": [
+                {
+                    "kind": v.kind,
+                    "message": v.message,
+                    "chunk": list(v.chunk) if v.chunk else None,
+                    "link": list(v.link) if v.link else None,
+                    "slot": v.slot,
+                }
+                for v in self.violations
+            ],
+        }
+
+
+def verify(instance: Instance, schedule: Schedule) -> Report:
+    """Check ``schedule`` against ``instance`` under the canonical slot semantics.
+
+    Rules checked (numbers refer to the MILP of ``000_*.txt``):
+
+    - every send uses an existing link and a chunk of the collective;
+    - causality (5): the sender holds the chunk at the start of the send slot;
+    - a node receives a chunk at most once and never one it already held (6 as an equality);
+    - capacity (7) over the whole occupancy window ``t .. t+l-1`` against ``omega``;
+    - single-port (instance option): one send and one receive per node per slot;
+    - the postcondition (8).
+
+    Parameters
+    ----------
+    instance : Instance
+    schedule : Schedule
+
+    Returns
+    -------
+    Report
+    """
+    topo = instance.topology
+    coll = instance.collective
+    holders = coll.holders
+    occupancy = instance.occupancy
+    latency = instance.latency
+    violations: list[Violation] = []
+
+    hold: dict[tuple[Chunk, int], int] = {}
+    for chunk, nodes in holders.items():
+        for v in nodes:
+            hold[(chunk, v)] = 0
+
+    link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+
+    # Sends are chronological; every arrival is at least one slot after its send, so all
+    # arrivals that a send in slot t may rely on are registered before slot t is processed.
+    for send in schedule.sends:
+        key = (send.src, send.dst)
+        if send.chunk not in holders:
+            violations.append(
+                Violation("unknown-chunk", f"{send.describe()}: the collective has no such chunk",
+                          send.chunk, key, send.slot)
+            )
+            continue
+        if key not in topo.link_index:
+            violations.append(
+                Violation("no-link", f"{send.describe()}: the topology has no link {send.src}->{send.dst}",
+                          send.chunk, key, send.slot)
+            )
+            continue
+        link = topo.link_index[key]
+        held_from = hold.get((send.chunk, send.src))
+        if held_from is None or held_from > send.slot:
+            when = "never holds it" if held_from is None else f"holds it only from slot {held_from}"
+            violations.append(
+                Violation("causality",
+                          f"{send.describe()}: node {send.src} does not hold the chunk at the start "
+                          f"of slot {send.slot} ({when})",
+                          send.chunk, key, send.slot)
+            )
+            continue
+        arrive = send.slot + int(latency[link])
+        previous = hold.get((send.chunk, send.dst))
+        if previous is not None:
+            violations.append(
+                Violation("duplicate-receive",
+                          f"{send.describe()}: node {send.dst} already receives or holds the chunk "
+                          f"(from slot {previous}); a node holds a chunk at most once",
+                          send.chunk, key, send.slot)
+            )
+        else:
+            hold[(send.chunk, send.dst)] = arrive
+        for t in range(send.slot, send.slot + int(occupancy[link])):
+            link_load[(link, t)].append(send)
+            if instance.single_port:
+                send_port[(send.src, t)].append(send)
+                recv_port[(send.dst, t)].append(send)
+
+    for (link, t), sends in sorted(link_load.items()):
+        cap = instance.omega(link, t)
+        if len(sends) > cap:
+            src, dst = topo.links[link].key
+            chunks = ", ".join(str(list(s.chunk)) for s in sends)
+            violations.append(
+                Violation("capacity",
+                          f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
+                          f"but its capacity omega is {cap}",
+                          sends[-1].chunk, (src, dst), t)
+            )
+    for kind, table, role in (
+        ("single-port-send", send_port, "sends"),
+        ("single-port-receive", recv_port, "receives"),
+    ):
+        for (node, t), sends in sorted(table.items()):
+            if len(sends) > 1:
+                what = "; ".join(s.describe() for s in sends)
+                violations.append(
+                    Violation(kind, f"node {node} {role} {len(sends)} chunks in slot {t} "
+                                    f"(single-port): {what}",
+                              sends[-1].chunk, (sends[-1].src, sends[-1].dst), t)
+                )
+
+    makespan = 0
+    missing = False
+    for chunk, node in coll.demands:
+        at = hold.get((chunk, node))
+        if at is None:
+            missing = True
+            violations.append(
+                Violation("postcondition", f"chunk {list(chunk)} never reaches node {node}", chunk, None, None)
+            )
+        else:
+            makespan = max(makespan, at)
+    ms = None if missing else makespan
+    return Report(
+        ok=not violations,
+        violations=tuple(violations),
+        makespan_slots=ms,
+        makespan_us=None if ms is None else instance.slots_to_us(ms),
+        num_sends=len(schedule.sends),
+        arrivals=hold,
+    )
