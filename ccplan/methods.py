@@ -1,0 +1,248 @@
+"""The method registry and the one solve pipeline every engine goes through.
+
+An engine is a function ``(instance, options) -> Outcome``. It is registered by name with
+:func:`register` in its own module; :data:`METHOD_MODULES` says which module to import for a
+name, so that ``ccplan solve --method ring`` never imports Pyomo. :func:`solve` runs the
+engine, then verifies its schedule independently and attaches the lower bound, so every
+:class:`Result` a user sees has been checked.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccplan.errors import ValidationError
+from ccplan.instances.instance import Instance
+from ccplan.schedule.core import Schedule
+from ccplan.schedule.verify import Report, verify
+
+log = logging.getLogger(__name__)
+
+STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Options shared by all engines; each engine reads what applies to it.
+
+    Parameters
+    ----------
+    time_limit : float, optional
+        Wall-clock seconds for the engine (solver or heuristic search).
+    workers : int
+        CP-SAT ``num_workers``; 2 matches the 2-core machines this is developed on.
+    seed : int
+        Random seed (CP-SAT ``random_seed``, heuristic restarts).
+    horizon : int, optional
+        Slot horizon H for time-indexed engines; None lets the engine choose a safe one.
+    warm_start : bool
+        Let the exact engine start from the heuristic's schedule.
+    log_path, progress_path, dump_model : Path, optional
+        Solver log, incumbent/bound CSV, LP/MPS export of the model.
+    extra : mapping
+        Engine-specific settings (e.g. CP-SAT parameters as text under ``"cpsat_params"``).
+    """
+
+    time_limit: float | None = None
+    workers: int = 2
+    seed: int = 0
+    horizon: int | None = None
+    warm_start: bool = True
+    log_path: Path | None = None
+    progress_path: Path | None = None
+    dump_model: Path | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValidationError(f"time_limit must be positive, got {self.time_limit!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValidationError(f"workers must be a positive integer, got {self.workers!r}")
+        if self.horizon is not None and (not isinstance(self.horizon, int) or self.horizon < 1):
+            raise ValidationError(f"horizon must be a positive integer, got {self.horizon!r}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an engine returns.
+
+    Parameters
+    ----------
+    schedule : Schedule or None
+        None when the engine found none (infeasible horizon, time out).
+    status : str
+        One of :data:`STATUSES`; ``optimal`` only with a proof.
+    bound_slots : float, optional
+        The engine's own lower bound on the makespan (e.g. CP-SAT's best bound).
+    details : mapping
+        Anything else worth reporting (model size, trajectory, variant, hint status ...).
+    """
+
+    schedule: Schedule | None
+    status: str
+    bound_slots: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+
+@dataclass(frozen=True)
+class Result:
+    """A verified answer, as written by ``ccplan solve --report``."""
+
+    method: str
+    status: str
+    schedule: Schedule | None
+    makespan_slots: int | None
+    lower_bound_slots: int
+    tau_us: float
+    solve_seconds: float
+    verified: bool
+    report: Report | None = field(default=None, repr=False)
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_us(self) -> float | None:
+        """Makespan in microseconds."""
+        return None if self.makespan_slots is None else self.makespan_slots * self.tau_us
+
+    def algbw_GBps(self, instance: Instance) -> float | None:
+        """Output bytes / time, in GB/s."""
+        return None if self.makespan_us is None else instance.algbw_GBps(self.makespan_us)
+
+    @property
+    def gap(self) -> float | None:
+        """Relative gap ``(makespan - bound) / makespan``."""
+        if self.makespan_slots is None or self.makespan_slots == 0:
+            return None
+        return (self.makespan_slots - self.lower_bound_slots) / self.makespan_slots
+
+    def to_dict(self, instance: Instance) -> dict[str, Any]:
+        """The result JSON of DESIGN.md (plus details)."""
+        algbw = self.algbw_GBps(instance)
+        out: dict[str, Any] = {
+            "instance": instance.describe(),
+            "method": self.method,
+            "status": self.status,
+            "makespan_slots": self.makespan_slots,
+            "lower_bound_slots": self.lower_bound_slots,
+            "gap": self.gap,
+            "tau_us": self.tau_us,
+            "makespan_us": self.makespan_us,
+            "algbw_GBps": None if algbw is None or math.isinf(algbw) else algbw,
+            "solve_seconds": self.solve_seconds,
+            "verified": self.verified,
+            "num_sends": None if self.schedule is None else len(self.schedule),
+        }
+        if self.report is not None and not self.report.ok:
+            out["violations"] = [str(v) for v in self.report.violations[:20]]
+        out["details"] = _jsonable(dict(self.details))
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+Engine = Callable[[Instance, SolveOptions], Outcome]
+
+_ENGINES: dict[str, Engine] = {}
+
+METHOD_MODULES: dict[str, str] = {}
+"""Method name -> module that registers it (imported on first use)."""
+
+
+def register(name: str) -> Callable[[Engine], Engine]:
+    """Decorator: register an engine under ``name``."""
+
+    def deco(func: Engine) -> Engine:
+        _ENGINES[name] = func
+        return func
+
+    return deco
+
+
+def declare(name: str, module: str) -> None:
+    """Tell the registry that ``module`` registers method ``name`` (lazy import)."""
+    METHOD_MODULES[name] = module
+
+
+def method_names() -> list[str]:
+    """All declared or registered method names, sorted."""
+    return sorted(set(METHOD_MODULES) | set(_ENGINES))
+
+
+def get_engine(name: str) -> Engine:
+    """The engine registered as ``name``; imports its module on first use."""
+    if name not in _ENGINES and name in METHOD_MODULES:
+        importlib.import_module(METHOD_MODULES[name])
+    try:
+        return _ENGINES[name]
+    except KeyError:
+        raise ValidationError(
+            f"method {name!r} is unknown (choose from {', '.join(method_names())})"
+        ) from None
+
+
+def solve(instance: Instance, method: str, options: SolveOptions | None = None) -> Result:
+    """Run ``method`` on ``instance``, verify its schedule and attach the lower bound.
+
+    Returns
+    -------
+    Result
+        ``verified`` is the verifier's verdict; a schedule that fails verification is kept
+        (for inspection) but its status is downgraded to ``unknown``.
+    """
+    from ccplan.bounds import lower_bound_slots
+
+    opts = options or SolveOptions()
+    engine = get_engine(method)
+    start = time.perf_counter()
+    outcome = engine(instance, opts)
+    seconds = time.perf_counter() - start
+    bound = lower_bound_slots(instance)
+    if outcome.bound_slots is not None:
+        bound = max(bound, int(math.ceil(outcome.bound_slots - 1e-9)))
+    report = None
+    makespan = None
+    verified = False
+    status = outcome.status
+    if outcome.schedule is not None:
+        report = verify(instance, outcome.schedule)
+        verified = report.ok
+        makespan = report.makespan_slots
+        if not report.ok:
+            log.error("method %s produced a schedule that fails verification: %s", method,
+                      report.violations[0])
+            status = "unknown"
+    if status == "optimal" and makespan is not None:
+        bound = max(bound, makespan)
+    return Result(
+        method=method,
+        status=status,
+        schedule=outcome.schedule,
+        makespan_slots=makespan,
+        lower_bound_slots=bound,
+        tau_us=instance.tau_us,
+        solve_seconds=seconds,
+        verified=verified,
+        report=report,
+        details=outcome.details,
+    )
