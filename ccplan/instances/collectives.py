@@ -52,6 +52,10 @@ class Collective:
     pieces: int
     root: int | None = None
     dests: tuple[int, ...] | None = None
+    combining: bool = False
+    """True for ReduceScatter / AllReduce / Reduce: every node in ``pre`` holds its own
+    contribution to the chunk, and ``post`` nodes must end with the reduction of all of them
+    (verified by ``ccplan.schedule.combining``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:

@@ -39,9 +39,14 @@ class Send:
     chunk: Chunk
     src: int
     dst: int
+    reduce: bool = False
+    """True when the receiver combines (reduces) the chunk into its own copy instead of
+    storing it; only meaningful for combining collectives (ReduceScatter, AllReduce, Reduce)."""
 
     def __post_init__(self) -> None:
         _nonneg_int(self.slot, "send.slot")
+        if not isinstance(self.reduce, bool):
+            raise ValidationError(f"send.reduce must be true or false, got {self.reduce!r}")
         if (
             not isinstance(self.chunk, tuple)
             or len(self.chunk) != 2
@@ -52,28 +57,36 @@ class Send:
         _nonneg_int(self.dst, "send.dst")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form ``{"chunk": [s, i], "src": u, "dst": v, "slot": t}``."""
-        return {"chunk": list(self.chunk), "src": self.src, "dst": self.dst, "slot": self.slot}
+        """JSON form ``{"chunk": [s, i], "src": u, "dst": v, "slot": t}`` (+ ``"reduce": true``)."""
+        out: dict[str, Any] = {"chunk": list(self.chunk), "src": self.src, "dst": self.dst, "slot": self.slot}
+        if self.reduce:
+            out["reduce"] = True
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "send") -> Send:
         """Parse the JSON form; names the offending field on error."""
         if not isinstance(data, Mapping):
             raise ValidationError(f"{where} must be an object")
-        check_keys(data, {"chunk", "src", "dst", "slot"}, {"chunk", "src", "dst", "slot"}, where)
+        check_keys(data, {"chunk", "src", "dst", "slot", "reduce"}, {"chunk", "src", "dst", "slot"}, where)
         chunk = data["chunk"]
         if not isinstance(chunk, list) or len(chunk) != 2:
             raise ValidationError(f"{where}.chunk must be [source, index], got {chunk!r}")
         try:
             return cls(
-                slot=data["slot"], chunk=(chunk[0], chunk[1]), src=data["src"], dst=data["dst"]
+                slot=data["slot"],
+                chunk=(chunk[0], chunk[1]),
+                src=data["src"],
+                dst=data["dst"],
+                reduce=data.get("reduce", False),
             )
         except ValidationError as exc:
             raise ValidationError(f"{where}: {exc}") from None
 
     def describe(self) -> str:
         """Human form used in verifier messages."""
-        return f"chunk {list(self.chunk)} on link {self.src}->{self.dst} at slot {self.slot}"
+        op = "reduce of chunk" if self.reduce else "chunk"
+        return f"{op} {list(self.chunk)} on link {self.src}->{self.dst} at slot {self.slot}"
 
 
 @dataclass(frozen=True)

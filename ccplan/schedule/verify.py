@@ -116,6 +116,11 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
     -------
     Report
     """
+    if instance.collective.combining:
+        # Combining collectives track sets of contributions, not copies.
+        from ccplan.schedule.combining import verify_combining
+
+        return verify_combining(instance, schedule)
     topo = instance.topology
     coll = instance.collective
     holders = coll.holders
