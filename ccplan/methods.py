@@ -246,3 +246,13 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         report=report,
         details=outcome.details,
     )
+
+
+# Built-in engines, imported on first use so that light methods never import Pyomo.
+for _name, _module in {
+    "milp": "ccplan.model.exact",
+    "mteg": "ccplan.heuristics.mteg",
+    "layered": "ccplan.heuristics.layered",
+    "heuristic": "ccplan.heuristics.search",
+}.items():
+    declare(_name, _module)

@@ -39,6 +39,17 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _is_finite_number(value: object) -> bool:
+    # A JSON integer literal can exceed the float range; math.isfinite would raise
+    # OverflowError instead of letting us report the field.
+    if not _is_number(value):
+        return False
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
+
+
 @dataclass(frozen=True)
 class Node:
     """A network node.
@@ -90,13 +101,11 @@ class Link:
                 raise ValidationError(f"{where}: {name} must be a non-negative integer, got {value!r}")
         if self.src == self.dst:
             raise ValidationError(f"{where}: self-loop (src == dst) is not a link")
-        if not _is_number(self.bandwidth_GBps) or not math.isfinite(self.bandwidth_GBps) or (
-            self.bandwidth_GBps <= 0
-        ):
+        if not _is_finite_number(self.bandwidth_GBps) or self.bandwidth_GBps <= 0:
             raise ValidationError(
                 f"{where}: bandwidth_GBps must be a positive finite number, got {self.bandwidth_GBps!r}"
             )
-        if not _is_number(self.alpha_us) or not math.isfinite(self.alpha_us) or self.alpha_us < 0:
+        if not _is_finite_number(self.alpha_us) or self.alpha_us < 0:
             raise ValidationError(
                 f"{where}: alpha_us must be a non-negative finite number, got {self.alpha_us!r}"
             )
@@ -351,15 +360,22 @@ def load_json(path: str | Path, what: str) -> Any:
     """Read a JSON file, turning I/O and syntax problems into :class:`ValidationError`."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValidationError(f"{what} file {str(p)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        # A binary file (e.g. a compressed one) is not JSON; say so rather than crash.
+        raise ValidationError(
+            f"{what} file {str(p)!r}: invalid JSON (not UTF-8 text, byte {exc.start})"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(
             f"{what} file {str(p)!r}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise ValidationError(f"{what} file {str(p)!r}: invalid JSON (nested too deeply)") from None
 
 
 def make_topology(

@@ -105,10 +105,12 @@ class Schedule:
     info: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sends", tuple(sorted(self.sends)))
-        for s in self.sends:
+        sends = tuple(self.sends)
+        # Check before sorting: comparing a non-Send with a Send raises TypeError.
+        for s in sends:
             if not isinstance(s, Send):
-                raise ValidationError("schedule.sends must hold Send objects")
+                raise ValidationError(f"schedule.sends must hold Send objects, got {s!r}")
+        object.__setattr__(self, "sends", tuple(sorted(sends)))
 
     @classmethod
     def of(cls, sends: Iterable[Send | tuple[Chunk, int, int, int]], method: str = "") -> Schedule:
