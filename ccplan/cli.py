@@ -84,20 +84,34 @@ def _instance(args: argparse.Namespace) -> Any:
 
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("instance")
-    g.add_argument("--topology", required=True, help="built-in name (see `ccplan topologies`) or a topology JSON file")
+    g.add_argument(
+        "--topology", required=True, help="built-in name (see `ccplan topologies`) or a topology JSON file"
+    )
     g.add_argument("--chassis", type=int, help="chassis count for ndv2, dgx2, amd")
-    g.add_argument("--topo-arg", action="append", metavar="KEY=VALUE",
-                   help="parameter of a built-in topology, e.g. n=8 (repeatable)")
+    g.add_argument(
+        "--topo-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="parameter of a built-in topology, e.g. n=8 (repeatable)",
+    )
     g.add_argument("--collective", default="allgather", help="allgather (default), broadcast, ...")
     g.add_argument("--root", type=int, help="root GPU of rooted collectives (default: the first GPU)")
     g.add_argument("--dests", help="multicast destinations, comma-separated")
     g.add_argument("--size", default="1MB", help="output buffer size, e.g. 64KB, 1MB, 1GB (decimal) or bytes")
     g.add_argument("--chunks", type=int, default=1, help="chunks per contribution C (default 1)")
-    g.add_argument("--tau-rule", default="fastest", choices=["fastest", "slowest", "explicit"],
-                   help="slot length from the fastest link (paper, default), the slowest, or --tau-us")
+    g.add_argument(
+        "--tau-rule",
+        default="fastest",
+        choices=["fastest", "slowest", "explicit"],
+        help="slot length from the fastest link (paper, default), the slowest, or --tau-us",
+    )
     g.add_argument("--tau-us", type=float, help="explicit slot length in microseconds")
-    g.add_argument("--alpha-threshold", type=float, default=0.1,
-                   help="alpha/tau at or below this counts as 0 slots (default 0.1, as TE-CCL)")
+    g.add_argument(
+        "--alpha-threshold",
+        type=float,
+        default=0.1,
+        help="alpha/tau at or below this counts as 0 slots (default 0.1, as TE-CCL)",
+    )
     g.add_argument("--single-port", action="store_true", help="one send and one receive per node per slot")
 
 
@@ -118,7 +132,9 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
 def _check_writable(*paths: Path | None) -> None:
     for path in paths:
         if path is not None and not path.parent.exists():
-            raise ValidationError(f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist")
+            raise ValidationError(
+                f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist"
+            )
 
 
 # --------------------------------------------------------------------------- commands
@@ -134,7 +150,8 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     print("-" * len(header))
     for r in rows:
         params = ", ".join(f"{k}={v}" for k, v in dict(r.get("parameters", {})).items())
-        print(f"{r['name']:<16} {r['gpus']:>5} {r['switches']:>8} {r['links']:>6}  {params:<34} {r['description']}")
+        counts = f"{r['gpus']:>5} {r['switches']:>8} {r['links']:>6}"
+        print(f"{r['name']:<16} {counts}  {params:<34} {r['description']}")
     return EXIT_OK
 
 
@@ -214,8 +231,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"{key:<{width}}  {value}")
-        for written, what in ((out, "schedule"), (report_path, "report"), (log_path, "solver log"),
-                              (progress_path, "progress"), (dump, "model")):
+        for written, what in (
+            (out, "schedule"),
+            (report_path, "report"),
+            (log_path, "solver log"),
+            (progress_path, "progress"),
+            (dump, "model"),
+        ):
             if written is not None and written.exists():
                 print(f"{what:<{width}}  -> {written}")
     if result.schedule is not None and not result.verified:
@@ -269,8 +291,10 @@ def cmd_bounds(args: argparse.Namespace) -> int:
             continue
         print(f"{key:<22} {_fmt(value)}")
     best = bounds.best_slots
-    print(f"=> makespan >= {best} slots = {_fmt(instance.slots_to_us(best))} us; "
-          f"algbw <= {_fmt(instance.algbw_GBps(instance.slots_to_us(best)))} GB/s (slotted)")
+    print(
+        f"=> makespan >= {best} slots = {_fmt(instance.slots_to_us(best))} us; "
+        f"algbw <= {_fmt(instance.algbw_GBps(instance.slots_to_us(best)))} GB/s (slotted)"
+    )
     return EXIT_OK
 
 
@@ -287,8 +311,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         from ccplan.export.msccl import to_msccl_xml
 
         text = to_msccl_xml(
-            instance, schedule, dialect=args.dialect, proto=args.proto, channels=args.channels,
-            instances=args.instances, inplace=not args.out_of_place,
+            instance,
+            schedule,
+            dialect=args.dialect,
+            proto=args.proto,
+            channels=args.channels,
+            instances=args.instances,
+            inplace=not args.out_of_place,
         )
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(text)
@@ -367,16 +396,23 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
 
     _add_instance_args(p)
     g = p.add_argument_group("method")
-    g.add_argument("--method", default="heuristic",
-                   help=f"engine: {', '.join(method_names())} (default heuristic)")
+    g.add_argument(
+        "--method", default="heuristic", help=f"engine: {', '.join(method_names())} (default heuristic)"
+    )
     g.add_argument("--time-limit", type=float, help="seconds for the engine")
     g.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
     g.add_argument("--seed", type=int, default=0, help="random seed")
-    g.add_argument("--horizon", type=int, help="slot horizon H for the MILP (default: the heuristic's makespan)")
-    g.add_argument("--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule")
+    g.add_argument(
+        "--horizon", type=int, help="slot horizon H for the MILP (default: the heuristic's makespan)"
+    )
+    g.add_argument(
+        "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
+    )
     g.add_argument("--solver", help="Pyomo backend for --method milp: cpsat (default) or highs")
     g.add_argument("--strategy", help="MILP search strategy: direct or descending")
-    g.add_argument("--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'")
+    g.add_argument(
+        "--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'"
+    )
     g = p.add_argument_group("output")
     g.add_argument("--out", help="write the schedule JSON here")
     g.add_argument("--report", help="write the result JSON here")
@@ -396,7 +432,9 @@ def _add_verify(p: argparse.ArgumentParser) -> None:
 def _add_bounds(p: argparse.ArgumentParser) -> None:
     _add_instance_args(p)
     p.add_argument("--no-upper", action="store_true", help="skip the heuristic upper bound")
-    p.add_argument("--upper-method", default="heuristic", help="method giving the upper bound (default heuristic)")
+    p.add_argument(
+        "--upper-method", default="heuristic", help="method giving the upper bound (default heuristic)"
+    )
     p.add_argument("--time-limit", type=float, help="seconds for the upper-bound heuristic")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 

@@ -219,7 +219,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     seconds = time.perf_counter() - start
     bound = lower_bound_slots(instance)
     if outcome.bound_slots is not None:
-        bound = max(bound, int(math.ceil(outcome.bound_slots - 1e-9)))
+        bound = max(bound, math.ceil(outcome.bound_slots - 1e-9))
     report = None
     makespan = None
     verified = False
@@ -229,8 +229,9 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         verified = report.ok
         makespan = report.makespan_slots
         if not report.ok:
-            log.error("method %s produced a schedule that fails verification: %s", method,
-                      report.violations[0])
+            log.error(
+                "method %s produced a schedule that fails verification: %s", method, report.violations[0]
+            )
             status = "unknown"
     if status == "optimal" and makespan is not None:
         bound = max(bound, makespan)

@@ -105,8 +105,13 @@ def test_outages_set_omega_to_zero_and_are_validated():
 
 def test_instance_round_trip_through_dict():
     topo = two_speed_pair()
-    inst = make_instance(topo, make_collective("broadcast", topo, chunks=3, root=1), "4MB",
-                         single_port=True, outages=[(1, 2, 5)])
+    inst = make_instance(
+        topo,
+        make_collective("broadcast", topo, chunks=3, root=1),
+        "4MB",
+        single_port=True,
+        outages=[(1, 2, 5)],
+    )
     from ccplan.instances import Instance
 
     again = Instance.from_dict(inst.to_dict())

@@ -94,7 +94,7 @@ class Collective:
     @cached_property
     def demands(self) -> tuple[tuple[Chunk, int], ...]:
         """Every ``(chunk, node)`` that must be delivered (wanted and not held at slot 0)."""
-        out = []
+        out: list[tuple[Chunk, int]] = []
         for chunk, nodes in self.post:
             held = self.holders[chunk]
             out.extend((chunk, v) for v in nodes if v not in held)
@@ -140,7 +140,9 @@ class Collective:
             raise ValidationError("collective must be a JSON object")
         kind = data.get("kind")
         if kind == "custom":
-            check_keys(data, {"kind", "chunks", "pieces", "pre", "post"}, {"kind", "pre", "post"}, "collective")
+            check_keys(
+                data, {"kind", "chunks", "pieces", "pre", "post"}, {"kind", "pre", "post"}, "collective"
+            )
             try:
                 pre = _table(data["pre"])
                 post = _table(data["post"])
@@ -270,9 +272,7 @@ def alltoall(topology: Topology, chunks: int = 1, **_: Any) -> Collective:
     c = _chunks(chunks)
     gpus = topology.gpus
     pre = {(s, j * c + i): [s] for s in gpus for j in range(len(gpus)) for i in range(c)}
-    post = {
-        (s, j * c + i): sorted({s, d}) for s in gpus for j, d in enumerate(gpus) for i in range(c)
-    }
+    post = {(s, j * c + i): sorted({s, d}) for s in gpus for j, d in enumerate(gpus) for i in range(c)}
     p, q = _freeze(pre, post)
     return Collective("alltoall", c, p, q, pieces=len(gpus) * c)
 

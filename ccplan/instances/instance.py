@@ -81,7 +81,7 @@ def format_size(num_bytes: float) -> str:
 
 def _ceil(x: float) -> int:
     """Ceiling that forgives float noise (``ceil(2.0000000001) == 2``)."""
-    return int(math.ceil(x - _EPS))
+    return math.ceil(x - _EPS)
 
 
 @dataclass(frozen=True)
@@ -250,9 +250,7 @@ class Instance:
         topology = Topology.from_dict(data["topology"])
         collective = Collective.from_dict(data["collective"], topology)
         outages = data.get("outages", [])
-        if not isinstance(outages, list) or any(
-            not isinstance(o, list) or len(o) != 3 for o in outages
-        ):
+        if not isinstance(outages, list) or any(not isinstance(o, list) or len(o) != 3 for o in outages):
             raise ValidationError("instance.outages must be a list of [src, dst, slot]")
         return cls(
             topology=topology,

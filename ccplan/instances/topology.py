@@ -69,9 +69,7 @@ class Node:
         if not _is_int(self.id) or self.id < 0:
             raise ValidationError(f"node.id must be a non-negative integer, got {self.id!r}")
         if self.kind not in NODE_KINDS:
-            raise ValidationError(
-                f"node {self.id}: kind must be one of {NODE_KINDS}, got {self.kind!r}"
-            )
+            raise ValidationError(f"node {self.id}: kind must be one of {NODE_KINDS}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -166,9 +164,7 @@ class Topology:
                         f"topology {self.name!r}: link {link.src}->{link.dst} names unknown node {end}"
                     )
             if link.key in pairs:
-                raise ValidationError(
-                    f"topology {self.name!r}: duplicate link {link.src}->{link.dst}"
-                )
+                raise ValidationError(f"topology {self.name!r}: duplicate link {link.src}->{link.dst}")
             pairs.add(link.key)
         if not any(n.kind == "gpu" for n in self.nodes):
             raise ValidationError(f"topology {self.name!r}: no node of kind 'gpu'")
@@ -268,9 +264,7 @@ class Topology:
         for node in self.nodes:
             graph.add_node(node.id, kind=node.kind)
         for link in self.links:
-            graph.add_edge(
-                link.src, link.dst, bandwidth_GBps=link.bandwidth_GBps, alpha_us=link.alpha_us
-            )
+            graph.add_edge(link.src, link.dst, bandwidth_GBps=link.bandwidth_GBps, alpha_us=link.alpha_us)
         return graph
 
     # ----------------------------------------------------------------- JSON
@@ -344,9 +338,7 @@ class Topology:
         return cls.from_dict(load_json(path, "topology"))
 
 
-def check_keys(
-    data: Mapping[str, Any], allowed: set[str], required: Iterable[str], where: str
-) -> None:
+def check_keys(data: Mapping[str, Any], allowed: set[str], required: Iterable[str], where: str) -> None:
     """Reject unknown keys and require ``required`` keys in a JSON object named ``where``."""
     unknown = sorted(set(data) - allowed)
     if unknown:

@@ -143,14 +143,24 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
         key = (send.src, send.dst)
         if send.chunk not in holders:
             violations.append(
-                Violation("unknown-chunk", f"{send.describe()}: the collective has no such chunk",
-                          send.chunk, key, send.slot)
+                Violation(
+                    "unknown-chunk",
+                    f"{send.describe()}: the collective has no such chunk",
+                    send.chunk,
+                    key,
+                    send.slot,
+                )
             )
             continue
         if key not in topo.link_index:
             violations.append(
-                Violation("no-link", f"{send.describe()}: the topology has no link {send.src}->{send.dst}",
-                          send.chunk, key, send.slot)
+                Violation(
+                    "no-link",
+                    f"{send.describe()}: the topology has no link {send.src}->{send.dst}",
+                    send.chunk,
+                    key,
+                    send.slot,
+                )
             )
             continue
         link = topo.link_index[key]
@@ -158,20 +168,28 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
         if held_from is None or held_from > send.slot:
             when = "never holds it" if held_from is None else f"holds it only from slot {held_from}"
             violations.append(
-                Violation("causality",
-                          f"{send.describe()}: node {send.src} does not hold the chunk at the start "
-                          f"of slot {send.slot} ({when})",
-                          send.chunk, key, send.slot)
+                Violation(
+                    "causality",
+                    f"{send.describe()}: node {send.src} does not hold the chunk at the start "
+                    f"of slot {send.slot} ({when})",
+                    send.chunk,
+                    key,
+                    send.slot,
+                )
             )
             continue
         arrive = send.slot + int(latency[link])
         previous = hold.get((send.chunk, send.dst))
         if previous is not None:
             violations.append(
-                Violation("duplicate-receive",
-                          f"{send.describe()}: node {send.dst} already receives or holds the chunk "
-                          f"(from slot {previous}); a node holds a chunk at most once",
-                          send.chunk, key, send.slot)
+                Violation(
+                    "duplicate-receive",
+                    f"{send.describe()}: node {send.dst} already receives or holds the chunk "
+                    f"(from slot {previous}); a node holds a chunk at most once",
+                    send.chunk,
+                    key,
+                    send.slot,
+                )
             )
         else:
             hold[(send.chunk, send.dst)] = arrive
@@ -187,10 +205,14 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             src, dst = topo.links[link].key
             chunks = ", ".join(str(list(s.chunk)) for s in sends)
             violations.append(
-                Violation("capacity",
-                          f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
-                          f"but its capacity omega is {cap}",
-                          sends[-1].chunk, (src, dst), t)
+                Violation(
+                    "capacity",
+                    f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
+                    f"but its capacity omega is {cap}",
+                    sends[-1].chunk,
+                    (src, dst),
+                    t,
+                )
             )
     for kind, table, role in (
         ("single-port-send", send_port, "sends"),
@@ -200,9 +222,13 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             if len(sends) > 1:
                 what = "; ".join(s.describe() for s in sends)
                 violations.append(
-                    Violation(kind, f"node {node} {role} {len(sends)} chunks in slot {t} "
-                                    f"(single-port): {what}",
-                              sends[-1].chunk, (sends[-1].src, sends[-1].dst), t)
+                    Violation(
+                        kind,
+                        f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
+                        sends[-1].chunk,
+                        (sends[-1].src, sends[-1].dst),
+                        t,
+                    )
                 )
 
     makespan = 0
@@ -212,7 +238,9 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
         if at is None:
             missing = True
             violations.append(
-                Violation("postcondition", f"chunk {list(chunk)} never reaches node {node}", chunk, None, None)
+                Violation(
+                    "postcondition", f"chunk {list(chunk)} never reaches node {node}", chunk, None, None
+                )
             )
         else:
             makespan = max(makespan, at)
