@@ -28,21 +28,13 @@ log = logging.getLogger("ccplan.cli")
 
 # --------------------------------------------------------------------------- helpers
 def _parse_topo_args(items: Sequence[str]) -> dict[str, Any]:
+    # Values stay strings: resolve_topology converts them to each parameter's declared type.
     params: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ValidationError(f"--topo-arg {item!r} must look like key=value (e.g. n=8)")
         key, raw = item.split("=", 1)
-        value: Any = raw
-        for cast in (int, float):
-            try:
-                value = cast(raw)
-                break
-            except ValueError:
-                continue
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        params[key.strip()] = value
+        params[key.strip()] = raw.strip()
     return params
 
 
@@ -145,13 +137,15 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=1))
         return EXIT_OK
-    header = f"{'name':<16} {'gpus':>5} {'switches':>8} {'links':>6}  {'parameters':<34} description"
+    header = f"{'name':<16} {'gpus':>5} {'switches':>8} {'links':>6}  description"
     print(header)
     print("-" * len(header))
     for r in rows:
-        params = ", ".join(f"{k}={v}" for k, v in dict(r.get("parameters", {})).items())
         counts = f"{r['gpus']:>5} {r['switches']:>8} {r['links']:>6}"
-        print(f"{r['name']:<16} {counts}  {params:<34} {r['description']}")
+        print(f"{r['name']:<16} {counts}  {r['description']}")
+        params = ", ".join(f"{k}={v}" for k, v in dict(r.get("parameters", {})).items())
+        if params:
+            print(f"{'':<40}parameters: {params}")
     return EXIT_OK
 
 

@@ -60,7 +60,7 @@ class Collective:
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:
             raise ValidationError(f"collective.chunks must be a positive integer, got {self.chunks!r}")
-        if not isinstance(self.pieces, int) or self.pieces < 1:
+        if not isinstance(self.pieces, int) or isinstance(self.pieces, bool) or self.pieces < 1:
             raise ValidationError(f"collective.pieces must be a positive integer, got {self.pieces!r}")
         pre_chunks = [c for c, _ in self.pre]
         if len(set(pre_chunks)) != len(pre_chunks):
@@ -143,19 +143,14 @@ class Collective:
             check_keys(
                 data, {"kind", "chunks", "pieces", "pre", "post"}, {"kind", "pre", "post"}, "collective"
             )
-            try:
-                pre = _table(data["pre"])
-                post = _table(data["post"])
-            except (TypeError, ValueError, IndexError):
-                raise ValidationError(
-                    "collective.pre/post must be lists of [[source, index], [node, ...]]"
-                ) from None
+            pre = _table(data["pre"], "pre")
+            post = _table(data["post"], "post")
             coll = cls(
                 kind="custom",
-                chunks=int(data.get("chunks", 1)),
+                chunks=_int_field(data.get("chunks", 1), "collective.chunks"),
                 pre=pre,
                 post=post,
-                pieces=int(data.get("pieces", max(1, len(pre)))),
+                pieces=_int_field(data.get("pieces", max(1, len(pre))), "collective.pieces"),
             )
             coll.check_against(topology)
             return coll
@@ -170,10 +165,24 @@ class Collective:
         )
 
 
-def _table(raw: Iterable[Any]) -> tuple[tuple[Chunk, tuple[int, ...]], ...]:
+def _int_field(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValidationError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _table(raw: object, what: str) -> tuple[tuple[Chunk, tuple[int, ...]], ...]:
+    if not isinstance(raw, list):
+        raise ValidationError(f"collective.{what} must be a list of [[source, index], [node, ...]]")
     rows = []
-    for chunk, nodes in raw:
-        rows.append(((int(chunk[0]), int(chunk[1])), tuple(sorted(int(v) for v in nodes))))
+    for i, row in enumerate(raw):
+        where = f"collective.{what}[{i}]"
+        if not (isinstance(row, list) and len(row) == 2 and isinstance(row[0], list) and len(row[0]) == 2):
+            raise ValidationError(f"{where} must be [[source, index], [node, ...]], got {row!r}")
+        chunk = (_int_field(row[0][0], f"{where} source"), _int_field(row[0][1], f"{where} index"))
+        if not isinstance(row[1], list):
+            raise ValidationError(f"{where} nodes must be a list, got {row[1]!r}")
+        rows.append((chunk, tuple(sorted(_int_field(v, f"{where} node") for v in row[1]))))
     return tuple(sorted(rows))
 
 

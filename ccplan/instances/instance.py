@@ -127,7 +127,10 @@ class Instance:
         if not isinstance(self.collective, Collective):
             raise ValidationError("instance.collective must be a Collective")
         self.collective.check_against(self.topology)
-        size = parse_size(self.size_bytes)
+        try:
+            size = parse_size(self.size_bytes)
+        except ValidationError as exc:
+            raise ValidationError(f"instance.size_bytes: {exc}") from None
         object.__setattr__(self, "size_bytes", size)
         if self.tau_rule not in TAU_RULES:
             raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {self.tau_rule!r}")
