@@ -172,7 +172,7 @@ def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | Non
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.methods import SolveOptions, get_engine, solve
     from ccplan.schedule import save_schedule
 
     out = Path(args.out) if args.out else None
@@ -182,6 +182,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     dump = Path(args.dump_model) if args.dump_model else None
     _check_writable(out, report_path, log_path, progress_path, dump)
     instance = _instance(args)
+    get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
     if args.solver:
         extra["solver"] = args.solver
