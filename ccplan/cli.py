@@ -302,6 +302,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     fmt = args.format
     if fmt == "json":
         save_schedule(out, instance, schedule)
+    elif fmt == "timeline":
+        from ccplan.export.schedule_json import write_timeline
+
+        write_timeline(out, instance, schedule)
     elif fmt == "msccl-xml":
         from ccplan.export.msccl import to_msccl_xml
 
@@ -330,7 +334,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_validate_xml(args: argparse.Namespace) -> int:
     from ccplan.export.xml_validate import validate_xml
 
-    report = validate_xml(Path(args.xml))
+    expect = None
+    if args.expect:
+        from ccplan.schedule import load_schedule
+
+        expect, _ = load_schedule(args.expect)
+    report = validate_xml(Path(args.xml), expect=expect, dialect=args.dialect)
     if report.ok:
         print(f"OK  {args.xml}")
         for key, value in dict(getattr(report, "stats", {}) or {}).items():
@@ -436,17 +445,27 @@ def _add_bounds(p: argparse.ArgumentParser) -> None:
 
 def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
-    p.add_argument("--format", required=True, choices=["msccl-xml", "json", "gantt", "utilization"])
+    p.add_argument("--format", required=True, choices=["msccl-xml", "json", "timeline", "gantt", "utilization"])
     p.add_argument("--out", required=True, help="output file (.xml, .json, .png, .svg)")
     p.add_argument("--dialect", default="executor", choices=["executor", "legacy"], help="MSCCL XML dialect")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="MSCCL protocol")
     p.add_argument("--channels", type=int, default=1, help="MSCCL channels")
     p.add_argument("--instances", type=int, default=1, help="MSCCL instances")
     p.add_argument("--out-of-place", action="store_true", help="out-of-place buffers (default in-place)")
+    p.add_argument(
+        "--switches",
+        default="collapse",
+        choices=["collapse", "refuse"],
+        help="MSCCL has no switches: collapse GPU->switch->GPU relays into one transfer (default) or refuse",
+    )
 
 
 def _add_validate_xml(p: argparse.ArgumentParser) -> None:
     p.add_argument("xml", help="MSCCL XML file")
+    p.add_argument(
+        "--dialect", default="executor", choices=["executor", "legacy"], help="runtime limits to check"
+    )
+    p.add_argument("--expect", help="schedule JSON whose instance gives the postcondition to check")
 
 
 def _add_plot_progress(p: argparse.ArgumentParser) -> None:

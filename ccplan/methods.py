@@ -233,8 +233,13 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
                 "method %s produced a schedule that fails verification: %s", method, report.violations[0]
             )
             status = "unknown"
+    details = dict(outcome.details)
     if status == "optimal" and makespan is not None:
         bound = max(bound, makespan)
+    elif verified and makespan is not None and makespan <= bound:
+        # A verified schedule that meets a valid lower bound is optimal, whoever produced it.
+        status = "optimal"
+        details["optimality_proof"] = "makespan equals the lower bound"
     return Result(
         method=method,
         status=status,
@@ -245,7 +250,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         solve_seconds=seconds,
         verified=verified,
         report=report,
-        details=outcome.details,
+        details=details,
     )
 
 
