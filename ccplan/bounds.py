@@ -1,0 +1,788 @@
+r"""Lower bounds on the makespan: latency, ingress and the max-flow cut bound.
+
+Every bound here is a *valid* lower bound for the canonical slot semantics of DESIGN.md (a send
+``(chunk, u -> x, t)`` needs ``u`` to hold the chunk at the start of slot ``t``, occupies the link
+in slots ``t .. t+l-1``, and the chunk is usable at ``x`` from ``t + L``; at most ``omega`` chunks
+occupy a link per slot). The slot bounds are used by :func:`ccplan.methods.solve` to report a gap
+and by the exact engine to stop early.
+
+Notation: link ``e = (u, x)`` has occupancy ``l_e``, latency ``L_e = delta_e + l_e`` (slots),
+capacity ``omega`` (``instance.capacity``); ``dist(a, b)`` is the shortest-path distance with link
+weights ``L_e`` (the earliest slot at which anything sent from ``a`` at slot 0 can be usable at
+``b``). For a destination ``v``, ``K_v`` is the set of chunks ``v`` must end with and does not hold
+at slot 0 (:attr:`Collective.demands`). ``D`` is the makespan.
+
+The three slot bounds
+---------------------
+**Latency.** A chunk usable at ``v`` at slot ``D`` travelled along a path from one of its slot-0
+holders, each hop ``e`` adding at least ``L_e`` slots, so ``D >= min_h dist(h, v)`` for every demand
+``(chunk, v)`` (SCCL's step bound, ``reference/msccl_and_peers.md`` section 3, weighted by ``L``).
+
+**Ingress.** ``v`` must receive the ``|K_v|`` chunks, each on some in-link, each a different send.
+On link ``e`` the useful sends start at slots ``t`` with ``t + L_e <= D`` (arrival by ``D``); with
+``omega = 1`` two sends on ``e`` occupy disjoint windows of ``l_e`` slots, so their starts are at
+least ``l_e`` apart, and at most ``cap_e(D) = floor((D - L_e) / l_e) + 1`` of them arrive by ``D``
+(0 when ``D < L_e``). With ``omega > 1`` the occupancy intervals can be coloured with ``omega``
+colours (interval graphs are perfect), each colour class being a capacity-1 sequence, hence
+``omega * cap_e(D)``. The ingress bound is the smallest ``D`` with ``sum_{e into v} cap_e(D) >= |K_v|``
+for every ``v``.
+
+**Cut (max-flow).** For destination ``v`` build a network: a super-source ``s``, an arc ``s -> u``
+of capacity ``|{c in K_v : u holds c at slot 0}|`` for every node ``u``, and every link ``e`` with
+capacity ``cap_e(D)``. In a schedule of makespan ``D`` every chunk ``c in K_v`` reaches ``v`` along a
+simple path of sends (each node holds a chunk once, so the "received from" relation is a tree)
+that starts at a slot-0 holder; every send on the path arrives by ``D``, and distinct chunks use
+distinct sends, so these paths form an integral ``s``-``v`` flow of value ``|K_v|`` that respects
+the capacities. Hence ``D`` is feasible only if ``maxflow(s -> v) >= |K_v|`` for every ``v``. By
+max-flow/min-cut this says: for every node set ``A`` not containing ``v``, the chunks of ``K_v`` held
+outside ``A`` plus the capacity leaving ``A`` cover ``|K_v|`` -- every set of nodes must be able to
+push out, by slot ``D``, the chunks ``v`` needs that only that set holds. The capacities grow with
+``D``, so the smallest feasible ``D`` is found by search, one max-flow per destination per probe.
+The cut ``A = V \ {v}`` is exactly the ingress condition, so ``cut >= ingress``.
+
+*Set cuts (folded into the cut bound).* The per-destination flows see one destination at a
+time. For any node set ``S``, the distinct chunks held only inside ``S`` and wanted by some node
+outside must each cross a link leaving ``S`` at least once (distinct chunks, distinct sends), so
+``sum_{e leaving S} cap_e(D) >= m_S`` (with windows: a tail ``u`` holds none of them before the
+earliest ``dist(holders, u)``, and after crossing to ``x`` the chunk still needs the distance to
+the nearest outside node wanting one). This is valid for every ``S``; it is evaluated on the
+singletons (the egress bound: a Scatter root sends ``(N-1) C`` distinct chunks) and on the
+bandwidth clusters (weakly connected components of the links faster than each link speed: the
+chassis of NDv2 / DGX2 / AMD), where it binds for AllToAll (NDv2 2 chassis: 64 chunks per
+chassis through one 12.5 GB/s link). The reported cut bound is the maximum of the flow bound
+and these set cuts.
+
+*AllGather equals ForestColl.* For AllGather with ``C`` chunks per GPU, ``N`` GPUs, a set ``A``
+not containing ``v`` has value ``C (|GPU \ A| - 1) + cap+(A)`` (``v`` is outside ``A`` and holds none
+of ``K_v``); requiring it to be ``>= (N - 1) C`` gives ``cap+(A) >= C |A ∩ GPU|``. Over all ``v``
+this is ForestColl's condition ``cap+(S) >= C |S ∩ V_c|`` for every ``S`` that leaves a GPU out
+(``reference/msccl_and_peers.md`` section 3), here with slotted, time-dependent capacities.
+
+*Time windows (default on, still valid).* A chunk of ``K_v`` can leave ``u`` no earlier than
+``e_v(u) = min_{c in K_v} dist(holders(c), u)``, and after crossing ``e = (u, x)`` it still needs
+``dist(x, v)`` slots to reach ``v``. So only sends starting in ``[e_v(u), D - L_e - dist(x, v)]`` can
+be on a path that delivers to ``v`` by ``D``, and ``cap_e`` becomes the number of starts, spaced
+``l_e`` apart, in that window. This is what makes a star through a switch cost ``(N-1)C + 1``
+slots rather than ``(N-1)C``: the switch holds nothing before slot 1. ``time_windows=False``
+gives the plain bound above (for comparison with ForestColl).
+
+*Outages* (``omega = 0`` slots) are taken into account: the count of starts in a window is then
+the greedy earliest-fit count of ``l_e``-slot intervals that avoid the outage slots, which is the
+maximum (greedy stays ahead). The latency bound ignores outages (still valid, possibly weaker).
+``single_port`` is ignored (valid: it only removes schedules).
+
+The microsecond bounds
+----------------------
+``latency_us`` is the same shortest path with link weights ``alpha_e + mu / B_e``; ``cut_us`` is the
+same per-destination flow (and the same set cuts) in continuous time with fractional
+capacities: a link delivers at most
+``omega * B_e * max(0, T - e_v(u) - alpha_e - dist(x, v))`` bytes of useful data by time ``T`` (sends
+on a link are serialised, ``mu / B_e`` each; windows in microseconds). The smallest ``T`` is found
+exactly by a Newton iteration on minimum cuts (each step solves ``g_A(T) = |K_v|`` for the current
+violated cut ``A``; ``g_A`` is piecewise linear and increasing, and a cut once satisfied never
+becomes violated again, so it terminates). ``best_us = max(latency_us, cut_us)`` bounds the
+alpha-beta time of :func:`ccplan.schedule.simulate.simulate` for every valid schedule; it also
+bounds the slotted time ``D * tau`` when ``alpha_threshold == 0`` (then ``delta_e tau >= alpha_e`` and
+``l_e tau >= mu / B_e``); with a positive threshold small alphas vanish from the slots and
+``D * tau`` may be slightly below ``latency_us``.
+
+Combining collectives
+---------------------
+For ReduceScatter / Reduce / AllReduce (``collective.combining``), chunk ``c`` has contributors
+``P_c`` (``pre``) and receivers ``W_c`` (``post``). Every contribution must physically reach every
+receiver, so ``D >= max dist(p, w)`` over ``p in P_c, w in W_c, p != w``. For every set ``S`` and chunk
+``c`` with a contributor in ``S`` and a receiver outside, at least one message of ``c`` leaves ``S``;
+the cut bound of the *reversed* data-movement problem (links turned around, ``W_c`` holds ``c``,
+``P_c \ W_c`` need it) is implied by that: for a contributor ``p``, the messages that carry its
+contribution to some receiver form a chain (a simple path, after short-cutting repeats), the
+chains of distinct chunks use distinct messages, and a message of the chain on ``(u, x)`` starts
+no earlier than ``dist(p, u)`` and must arrive by ``D - min_w dist(x, w)`` -- reversing time
+(``t -> D - t - L``) maps these windows onto the windows of the reversed problem, so time
+windows stay valid there too. So are the per-node ingress
+(a receiver ``w`` receives at least one message of every chunk it needs a foreign contribution
+of) and egress (a contributor sends at least one message of every chunk it must contribute to a
+foreign receiver) bounds. For AllReduce the reversed problem is empty and only latency, ingress and
+egress remain (valid, not tight).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components, maximum_flow, shortest_path
+
+from ccplan.errors import ValidationError
+from ccplan.instances.instance import Instance
+
+log = logging.getLogger(__name__)
+
+BOUND_NAMES: tuple[str, ...] = ("latency", "ingress", "cut")
+"""Names of the slot bounds, in the order used to break ties for :attr:`Bounds.best_name`."""
+
+_SEARCH_LIMIT = 1 << 40
+_REL_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds on the makespan of an instance (see the module docstring).
+
+    Attributes
+    ----------
+    latency_slots, ingress_slots, cut_slots : int
+        The three slot bounds (the cut includes the set cuts: egress, bandwidth clusters).
+    best_slots : int
+        Their maximum.
+    best_name : str
+        Which bound attains it (ties go to the simplest: latency, then ingress, then cut).
+    latency_us, cut_us : float
+        Continuous-time latency and cut bounds in microseconds (no slot rounding).
+    best_us : float
+        ``max(latency_us, cut_us)``.
+    time_windows : bool
+        Whether the cut and ingress bounds used time windows.
+    """
+
+    latency_slots: int
+    ingress_slots: int
+    cut_slots: int
+    best_slots: int
+    best_name: str
+    latency_us: float
+    cut_us: float
+    best_us: float
+    time_windows: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("latency_slots", "ingress_slots", "cut_slots", "best_slots"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValidationError(f"bounds.{name} must be a non-negative integer, got {value!r}")
+        for name in ("latency_us", "cut_us", "best_us"):
+            value = getattr(self, name)
+            if not (isinstance(value, float) and math.isfinite(value) and value >= 0):
+                raise ValidationError(f"bounds.{name} must be a non-negative finite float, got {value!r}")
+        if self.best_name not in BOUND_NAMES:
+            raise ValidationError(f"bounds.best_name must be one of {BOUND_NAMES}, got {self.best_name!r}")
+        if self.best_slots != max(self.latency_slots, self.ingress_slots, self.cut_slots):
+            raise ValidationError("bounds.best_slots must be the maximum of the slot bounds")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form."""
+        return {
+            "latency_slots": self.latency_slots,
+            "ingress_slots": self.ingress_slots,
+            "cut_slots": self.cut_slots,
+            "best_slots": self.best_slots,
+            "best_name": self.best_name,
+            "latency_us": self.latency_us,
+            "cut_us": self.cut_us,
+            "best_us": self.best_us,
+            "time_windows": self.time_windows,
+        }
+
+
+# --------------------------------------------------------------------------- problem view
+@dataclass(frozen=True)
+class _Movement:
+    """A data-movement problem in dense indices (the instance, or a reversed combining one).
+
+    ``holders[c]`` lists node indices holding chunk ``c`` at slot 0; ``needs[v]`` lists the chunk
+    indices node ``v`` must receive.
+    """
+
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    occ: np.ndarray
+    lat: np.ndarray
+    alpha_us: np.ndarray
+    transfer_us: np.ndarray
+    omega: int
+    outages: dict[int, list[int]]
+    holders: tuple[tuple[int, ...], ...]
+    needs: dict[int, tuple[int, ...]]
+    names: tuple[int, ...]
+    chunk_names: tuple[tuple[int, int], ...]
+
+
+def _outage_table(instance: Instance) -> dict[int, list[int]]:
+    table: dict[int, list[int]] = {}
+    for link, slot in instance.outage_set:
+        table.setdefault(link, []).append(slot)
+    return {k: sorted(v) for k, v in table.items()}
+
+
+def _movement_of(instance: Instance) -> _Movement:
+    """The instance's own data-movement problem."""
+    index = instance.topology.node_index
+    coll = instance.collective
+    chunk_names = coll.chunk_ids
+    cidx = {c: i for i, c in enumerate(chunk_names)}
+    needs: dict[int, list[int]] = {}
+    for chunk, v in coll.demands:
+        needs.setdefault(index[v], []).append(cidx[chunk])
+    return replace(
+        _movement_of_links(instance),
+        holders=tuple(tuple(sorted(index[h] for h in coll.holders[c])) for c in chunk_names),
+        needs={v: tuple(cs) for v, cs in needs.items()},
+        chunk_names=chunk_names,
+    )
+
+
+def _reversed_movement(instance: Instance) -> _Movement:
+    """The reversed data-movement problem of a combining collective (see module docstring).
+
+    Links are turned around (same ``l``, ``L``), ``W_c`` holds chunk ``c`` and every contributor
+    outside ``W_c`` needs it. Outages are dropped (valid: they only remove schedules).
+    """
+    base = _movement_of_links(instance)
+    topo = instance.topology
+    index = topo.node_index
+    coll = instance.collective
+    chunk_names = tuple(c for c in coll.chunk_ids if coll.wanted.get(c))
+    holders = tuple(tuple(sorted(index[w] for w in coll.wanted[c])) for c in chunk_names)
+    needs: dict[int, list[int]] = {}
+    for i, c in enumerate(chunk_names):
+        for p in coll.holders[c]:
+            if p not in coll.wanted[c]:
+                needs.setdefault(index[p], []).append(i)
+    return replace(
+        base,
+        src=base.dst,
+        dst=base.src,
+        outages={},
+        holders=holders,
+        needs={v: tuple(cs) for v, cs in needs.items()},
+        chunk_names=chunk_names,
+    )
+
+
+def _movement_of_links(instance: Instance) -> _Movement:
+    topo = instance.topology
+    index = topo.node_index
+    return _Movement(
+        n=topo.num_nodes,
+        src=np.array([index[lk.src] for lk in topo.links], dtype=np.int64),
+        dst=np.array([index[lk.dst] for lk in topo.links], dtype=np.int64),
+        occ=np.asarray(instance.occupancy, dtype=np.int64),
+        lat=np.asarray(instance.latency, dtype=np.int64),
+        alpha_us=np.asarray(topo.alpha, dtype=float),
+        transfer_us=np.asarray(instance.transfer_us, dtype=float),
+        omega=instance.capacity,
+        outages=_outage_table(instance),
+        holders=(),
+        needs={},
+        names=topo.node_ids,
+        chunk_names=(),
+    )
+
+
+def _distances(prob: _Movement, weights: np.ndarray) -> np.ndarray:
+    """All-pairs shortest paths (``inf`` when unreachable) with per-link ``weights > 0``."""
+    graph = sp.csr_array((weights.astype(float), (prob.src, prob.dst)), shape=(prob.n, prob.n))
+    return np.asarray(shortest_path(graph, method="D", directed=True))
+
+
+def _holder_distances(prob: _Movement, dist: np.ndarray) -> np.ndarray:
+    """``out[c, u] = min_{h in holders(c)} dist(h, u)``; identical holder sets share one row."""
+    out = np.empty((len(prob.holders), prob.n))
+    cache: dict[tuple[int, ...], np.ndarray] = {}
+    for c, hs in enumerate(prob.holders):
+        row = cache.get(hs)
+        if row is None:
+            row = dist[list(hs)].min(axis=0)
+            cache[hs] = row
+        out[c] = row
+    return out
+
+
+def _check_reachable(prob: _Movement, hdist: np.ndarray) -> None:
+    for v, cs in prob.needs.items():
+        bad = [c for c in cs if not math.isfinite(hdist[c, v])]
+        if bad:
+            chunk = prob.chunk_names[bad[0]]
+            raise ValidationError(
+                f"chunk {list(chunk)} cannot reach node {prob.names[v]}: no directed path from any "
+                "holder; the instance is infeasible"
+            )
+
+
+# --------------------------------------------------------------------------- slot capacities
+class _SlotCapacity:
+    """Per-link counts of sends that fit in a window of start slots, outages included."""
+
+    def __init__(self, prob: _Movement) -> None:
+        self.prob = prob
+        self.occ = prob.occ.astype(float)
+
+    def count(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Max number of sends per link with start slots in ``[lo_e, hi_e]`` (times omega).
+
+        ``lo`` and ``hi`` are float arrays (``inf``/``-inf`` allowed) of integral values.
+        """
+        lo = np.maximum(lo, 0.0)
+        span = hi - lo
+        ok = np.isfinite(span) & (span >= 0)
+        out = np.zeros(len(lo), dtype=np.int64)
+        out[ok] = (np.floor(span[ok] / self.occ[ok]) + 1).astype(np.int64)
+        for link, slots in self.prob.outages.items():
+            if ok[link]:
+                out[link] = _greedy_count(int(lo[link]), int(hi[link]), int(self.prob.occ[link]), slots)
+        return out * self.prob.omega
+
+
+def _greedy_count(lo: int, hi: int, occ: int, outages: Sequence[int]) -> int:
+    """Max number of disjoint ``occ``-slot intervals starting in ``[lo, hi]`` and avoiding the
+    (sorted) outage slots: earliest fit is optimal for every horizon (greedy stays ahead)."""
+    count = 0
+    t = lo
+    while t <= hi:
+        k = bisect.bisect_left(outages, t)
+        if k == len(outages):
+            return count + (hi - t) // occ + 1
+        blocked = outages[k]
+        if blocked <= t + occ - 1:
+            # The interval starting at t hits an outage: the next candidate start is just after it.
+            t = blocked + 1
+            continue
+        # Fit as many intervals as possible before the outage, then jump past it.
+        fit = (blocked - t) // occ
+        last_start = min(hi, t + (fit - 1) * occ)
+        count += (last_start - t) // occ + 1
+        t = blocked + 1
+    return count
+
+
+# --------------------------------------------------------------------------- searches
+def _min_feasible(pred: Callable[[int], bool], lo: int) -> int:
+    """Smallest ``D >= lo`` with ``pred(D)`` for a monotone ``pred`` (galloping, then bisection)."""
+    if pred(lo):
+        return lo
+    bad = lo
+    step = 1
+    good = lo + step
+    while not pred(good):
+        bad = good
+        step *= 2
+        good = lo + step
+        if step > _SEARCH_LIMIT:
+            raise RuntimeError("bound search did not terminate; the instance looks infeasible")
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if pred(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+@dataclass(frozen=True)
+class _DestView:
+    """What the cut and ingress searches need about one destination ``v``."""
+
+    v: int
+    need: int
+    source: np.ndarray  # chunks of K_v held by each node at slot 0
+    earliest: np.ndarray  # e_v(u), or zeros without windows
+    to_v: np.ndarray  # dist(x, v) per node x, or zeros without windows
+
+
+def _dest_views(prob: _Movement, dist: np.ndarray, hdist: np.ndarray, windows: bool) -> list[_DestView]:
+    views = []
+    for v, cs in sorted(prob.needs.items()):
+        source = np.zeros(prob.n, dtype=np.int64)
+        for c in cs:
+            for h in prob.holders[c]:
+                source[h] += 1
+        if windows:
+            earliest = hdist[list(cs)].min(axis=0)
+            to_v = dist[:, v].copy()
+        else:
+            earliest = np.zeros(prob.n)
+            to_v = np.zeros(prob.n)
+        views.append(_DestView(v, len(cs), source, earliest, to_v))
+    return views
+
+
+def _slot_caps(prob: _Movement, caps: _SlotCapacity, view: _DestView, D: int) -> np.ndarray:
+    lo = view.earliest[prob.src]
+    hi = D - prob.lat - view.to_v[prob.dst]
+    return caps.count(lo, hi.astype(float))
+
+
+def _ingress_ok(prob: _Movement, caps: _SlotCapacity, view: _DestView, D: int) -> bool:
+    into = prob.dst == view.v
+    return int(_slot_caps(prob, caps, view, D)[into].sum()) >= view.need
+
+
+def _flow_ok(prob: _Movement, caps: _SlotCapacity, view: _DestView, D: int) -> bool:
+    link_caps = _slot_caps(prob, caps, view, D)
+    if int(link_caps[prob.dst == view.v].sum()) < view.need:
+        return False
+    s = prob.n
+    keep = link_caps > 0
+    srcs = np.nonzero(view.source)[0]
+    rows = np.concatenate([prob.src[keep], np.full(len(srcs), s)])
+    cols = np.concatenate([prob.dst[keep], srcs])
+    data = np.concatenate([link_caps[keep], view.source[srcs]]).astype(np.int32)
+    graph = sp.csr_array((data, (rows, cols)), shape=(s + 1, s + 1))
+    value = int(maximum_flow(graph, s, view.v).flow_value)
+    return value >= view.need
+
+
+def _slot_bounds(prob: _Movement, windows: bool) -> tuple[int, int, int]:
+    """``(latency, ingress, cut)`` in slots for a data-movement problem."""
+    if not prob.needs:
+        return 0, 0, 0
+    dist = _distances(prob, prob.lat)
+    hdist = _holder_distances(prob, dist)
+    _check_reachable(prob, hdist)
+    latency = int(max(hdist[list(cs), v].max() for v, cs in prob.needs.items()))
+    caps = _SlotCapacity(prob)
+    views = _dest_views(prob, dist, hdist, windows)
+    per_dest = {
+        view.v: _min_feasible(partial(_ingress_ok, prob, caps, view), 0) for view in views
+    }
+    ingress = max(per_dest.values())
+    cut = max(ingress, _set_cut_slots(prob, caps, _set_cuts(prob, dist, hdist, windows)))
+    # Destinations with the largest ingress first: they are the likeliest to bind, and every
+    # later destination then needs one max-flow when it is already feasible at the running bound.
+    for view in sorted(views, key=lambda w: -per_dest[w.v]):
+        cut = _min_feasible(partial(_flow_ok, prob, caps, view), cut)
+    return latency, ingress, cut
+
+
+@dataclass(frozen=True)
+class _SetCut:
+    """The aggregate cut of one node set ``S``: ``need`` distinct chunks held only inside ``S`` and
+    wanted outside it must each cross a link leaving ``S`` (``leaving``), with windows from the
+    earliest slot a tail can hold one of them (``earliest``) and the distance from a head to the
+    nearest outside node that wants one (``to_out``)."""
+
+    need: int
+    leaving: np.ndarray
+    earliest: np.ndarray
+    to_out: np.ndarray
+
+
+def _candidate_sets(prob: _Movement) -> list[np.ndarray]:
+    """Singletons (egress) and the bandwidth clusters: for every link speed, the weakly connected
+    components of the links strictly faster than it (the chassis of a hierarchical machine)."""
+    sets: list[np.ndarray] = []
+    for u in range(prob.n):
+        mask = np.zeros(prob.n, dtype=bool)
+        mask[u] = True
+        sets.append(mask)
+    for threshold in np.unique(prob.transfer_us):
+        fast = prob.transfer_us < threshold
+        if not fast.any():
+            continue
+        graph = sp.csr_array(
+            (np.ones(int(fast.sum())), (prob.src[fast], prob.dst[fast])), shape=(prob.n, prob.n)
+        )
+        count, labels = connected_components(graph, directed=True, connection="weak")
+        if count < 2:
+            continue
+        for k in range(count):
+            mask = labels == k
+            if 1 < int(mask.sum()) < prob.n:
+                sets.append(mask)
+    unique: dict[bytes, np.ndarray] = {m.tobytes(): m for m in sets}
+    return list(unique.values())
+
+
+def _set_cuts(prob: _Movement, dist: np.ndarray, hdist: np.ndarray, windows: bool) -> list[_SetCut]:
+    """The aggregate cuts of the candidate sets that have something to push out."""
+    num_chunks = len(prob.holders)
+    held = np.zeros((num_chunks, prob.n), dtype=np.int32)
+    for c, hs in enumerate(prob.holders):
+        held[c, list(hs)] = 1
+    pairs = [(c, v) for v, cs in prob.needs.items() for c in cs]
+    dem_c = np.array([c for c, _ in pairs], dtype=np.int64)
+    dem_v = np.array([v for _, v in pairs], dtype=np.int64)
+    out = []
+    for inside in _candidate_sets(prob):
+        only_inside = (held @ (~inside).astype(np.int32)) == 0
+        crossing = only_inside[dem_c] & ~inside[dem_v]
+        if not crossing.any():
+            continue
+        chunks = np.unique(dem_c[crossing])
+        dests = np.unique(dem_v[crossing])
+        leaving = inside[prob.src] & ~inside[prob.dst]
+        if windows:
+            earliest = hdist[chunks].min(axis=0)
+            to_out = dist[:, dests].min(axis=1)
+        else:
+            earliest = np.zeros(prob.n)
+            to_out = np.zeros(prob.n)
+        out.append(_SetCut(len(chunks), leaving, earliest, to_out))
+    return out
+
+
+def _set_cut_slots(prob: _Movement, caps: _SlotCapacity, cuts: list[_SetCut]) -> int:
+    best = 0
+    for cut in cuts:
+
+        def ok(D: int, cut: _SetCut = cut) -> bool:
+            lo = cut.earliest[prob.src]
+            hi = (D - prob.lat - cut.to_out[prob.dst]).astype(float)
+            return int(caps.count(lo, hi)[cut.leaving].sum()) >= cut.need
+
+        best = max(best, _min_feasible(ok, best))
+    return best
+
+
+def _set_cut_us(prob: _Movement, cuts: list[_SetCut], windows: bool) -> float:
+    rate = prob.omega / prob.transfer_us
+    best = 0.0
+    for cut in cuts:
+        if windows:
+            offsets = prob.alpha_us + cut.earliest[prob.src] + cut.to_out[prob.dst]
+        else:
+            offsets = np.zeros(len(prob.src))
+        use = cut.leaving & np.isfinite(offsets)
+        best = max(best, _solve_piecewise(float(cut.need), offsets[use], rate[use]))
+    return best
+
+
+# --------------------------------------------------------------------------- continuous cut
+def _continuous_cut(prob: _Movement, windows: bool, dist_us: np.ndarray, hdist_us: np.ndarray) -> float:
+    """Smallest ``T`` (us) with every destination's fractional flow feasible (module docstring)."""
+    import networkx as nx
+
+    if not prob.needs:
+        return 0.0
+    rate = prob.omega / prob.transfer_us  # chunks per microsecond per link
+    views = _dest_views(prob, dist_us, hdist_us, windows)
+    s = prob.n
+    best = _set_cut_us(prob, _set_cuts(prob, dist_us, hdist_us, windows), windows)
+    for view in views:
+        # c_e: the time before which link e can deliver nothing useful to v.
+        offset = prob.alpha_us + view.earliest[prob.src] + view.to_v[prob.dst] if windows else np.zeros(
+            len(prob.src)
+        )
+        usable = np.isfinite(offset)
+
+        def solve_cut(inside: np.ndarray, view: _DestView = view, offset: np.ndarray = offset,
+                      usable: np.ndarray = usable) -> float:
+            held_outside = float(view.source[~inside[: prob.n]].sum())
+            crossing = usable & inside[prob.src] & ~inside[prob.dst]
+            return _solve_piecewise(view.need - held_outside, offset[crossing], rate[crossing])
+
+        T = max(best, solve_cut(np.arange(prob.n + 1) != view.v))
+        for _ in range(10_000):
+            graph = nx.DiGraph()
+            graph.add_node(s)
+            graph.add_nodes_from(range(prob.n))
+            cap = np.where(usable, rate * np.maximum(0.0, T - np.where(usable, offset, 0.0)), 0.0)
+            for e in np.nonzero(cap > 0)[0]:
+                graph.add_edge(int(prob.src[e]), int(prob.dst[e]), capacity=float(cap[e]))
+            for u in np.nonzero(view.source)[0]:
+                graph.add_edge(s, int(u), capacity=float(view.source[u]))
+            value, (reach, _) = nx.minimum_cut(graph, s, view.v)
+            if value >= view.need * (1 - 1e-9):
+                break
+            inside = np.zeros(prob.n + 1, dtype=bool)
+            inside[list(reach)] = True
+            T_next = solve_cut(inside)
+            if T_next <= T * (1 + _REL_TOL):
+                # Float noise: the violated cut is already met at T up to rounding.
+                break
+            T = T_next
+        best = max(best, T)
+    return best
+
+
+def _solve_piecewise(need: float, offsets: np.ndarray, rates: np.ndarray) -> float:
+    """Smallest ``T >= 0`` with ``sum_e rates_e * max(0, T - offsets_e) >= need``."""
+    if need <= 0:
+        return 0.0
+    if len(offsets) == 0:
+        raise RuntimeError("a cut with no usable crossing link cannot be satisfied")
+    order = np.argsort(offsets)
+    off = offsets[order]
+    rt = rates[order]
+    slope = 0.0
+    intercept = 0.0  # sum of rate * offset over active links
+    for i in range(len(off)):
+        slope += rt[i]
+        intercept += rt[i] * off[i]
+        T = (need + intercept) / slope
+        if i + 1 == len(off) or off[i + 1] >= T:
+            return float(max(T, 0.0))
+    raise AssertionError("unreachable")
+
+
+# --------------------------------------------------------------------------- combining
+def _combining_direct(instance: Instance, weights: np.ndarray, prob: _Movement) -> float:
+    """``max dist(p, w)`` over contributions ``p`` and receivers ``w != p`` of every chunk."""
+    dist = _distances(prob, weights)
+    index = instance.topology.node_index
+    coll = instance.collective
+    worst = 0.0
+    for c in coll.chunk_ids:
+        ps = [index[p] for p in coll.holders[c]]
+        ws = [index[w] for w in coll.wanted.get(c, ())]
+        if not ws:
+            continue
+        block = dist[np.ix_(ps, ws)]
+        mask = np.array([[p != w for w in ws] for p in ps])
+        if mask.any():
+            value = float(block[mask].max())
+            if not math.isfinite(value):
+                raise ValidationError(
+                    f"chunk {list(c)}: a contribution cannot reach a receiver; the instance is infeasible"
+                )
+            worst = max(worst, value)
+    return worst
+
+
+def _combining_port_counts(instance: Instance) -> tuple[dict[int, int], dict[int, int]]:
+    """Per node index: chunks it must receive at least once / send at least once."""
+    index = instance.topology.node_index
+    coll = instance.collective
+    recv: dict[int, int] = {}
+    send: dict[int, int] = {}
+    for c in coll.chunk_ids:
+        ps = coll.holders[c]
+        ws = coll.wanted.get(c, frozenset())
+        for w in ws:
+            if ps - {w}:
+                recv[index[w]] = recv.get(index[w], 0) + 1
+        for p in ps:
+            if ws - {p}:
+                send[index[p]] = send.get(index[p], 0) + 1
+    return recv, send
+
+
+def _combining_ports_slots(instance: Instance, prob: _Movement) -> int:
+    recv, send = _combining_port_counts(instance)
+    caps = _SlotCapacity(prob)
+    zeros = np.zeros(len(prob.src))
+    best = 0
+    for table, ends in ((recv, prob.dst), (send, prob.src)):
+        for node, need in table.items():
+            mask = ends == node
+
+            def ok(D: int, mask: np.ndarray = mask, need: int = need) -> bool:
+                return int(caps.count(zeros, (D - prob.lat).astype(float))[mask].sum()) >= need
+
+            best = max(best, _min_feasible(ok, 0))
+    return best
+
+
+def _combining_ports_us(instance: Instance, prob: _Movement) -> float:
+    recv, send = _combining_port_counts(instance)
+    rate = prob.omega / prob.transfer_us
+    best = 0.0
+    for table, ends in ((recv, prob.dst), (send, prob.src)):
+        for node, need in table.items():
+            mask = ends == node
+            best = max(best, _solve_piecewise(float(need), np.zeros(int(mask.sum())), rate[mask]))
+    return best
+
+
+# --------------------------------------------------------------------------- public API
+def _slot_triple(instance: Instance, time_windows: bool) -> tuple[int, int, int]:
+    if instance.collective.combining:
+        links = _movement_of_links(instance)
+        latency = int(_combining_direct(instance, links.lat, links))
+        ports = _combining_ports_slots(instance, links)
+        _, rev_ingress, rev_cut = _slot_bounds(_reversed_movement(instance), windows=time_windows)
+        ingress = max(ports, rev_ingress)
+        return latency, ingress, max(ingress, rev_cut)
+    return _slot_bounds(_movement_of(instance), time_windows)
+
+
+def lower_bound_slots(instance: Instance, *, time_windows: bool = True) -> int:
+    """The strongest slot bound: ``max(latency, ingress, cut)`` (module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+    time_windows : bool
+        Use the time-window refinement of the cut and ingress bounds (valid; default).
+
+    Returns
+    -------
+    int
+        A makespan (slots) that no valid schedule beats.
+
+    Raises
+    ------
+    ValidationError
+        When some demanded chunk cannot reach its destination at all.
+    """
+    return max(_slot_triple(instance, time_windows))
+
+
+def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
+    """All bounds, in slots and in microseconds (module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+    time_windows : bool
+        Use the time-window refinement (valid; default). ``False`` gives the plain
+        ForestColl-style cut generalised to slots.
+
+    Returns
+    -------
+    Bounds
+    """
+    latency, ingress, cut = _slot_triple(instance, time_windows)
+    weights_us = None
+    if instance.collective.combining:
+        links = _movement_of_links(instance)
+        weights_us = links.alpha_us + links.transfer_us
+        latency_us = _combining_direct(instance, weights_us, links)
+        rev = _reversed_movement(instance)
+        cut_us = _continuous_cut_of(rev, windows=time_windows)
+        cut_us = max(cut_us, _combining_ports_us(instance, links))
+    else:
+        prob = _movement_of(instance)
+        latency_us, cut_us = _continuous_of(prob, time_windows)
+    log.debug("bounds of %s: latency %d, ingress %d, cut %d slots; latency %.6g us, cut %.6g us",
+              instance.describe(), latency, ingress, cut, latency_us, cut_us)
+    values = {"latency": latency, "ingress": ingress, "cut": cut}
+    best = max(values.values())
+    name = next(n for n in BOUND_NAMES if values[n] == best)
+    return Bounds(
+        latency_slots=latency,
+        ingress_slots=ingress,
+        cut_slots=cut,
+        best_slots=best,
+        best_name=name,
+        latency_us=float(latency_us),
+        cut_us=float(cut_us),
+        best_us=float(max(latency_us, cut_us)),
+        time_windows=time_windows,
+    )
+
+
+def _continuous_of(prob: _Movement, windows: bool) -> tuple[float, float]:
+    if not prob.needs:
+        return 0.0, 0.0
+    dist_us = _distances(prob, prob.alpha_us + prob.transfer_us)
+    hdist_us = _holder_distances(prob, dist_us)
+    _check_reachable(prob, hdist_us)
+    latency_us = float(max(hdist_us[list(cs), v].max() for v, cs in prob.needs.items()))
+    return latency_us, _continuous_cut(prob, windows, dist_us, hdist_us)
+
+
+def _continuous_cut_of(prob: _Movement, windows: bool) -> float:
+    if not prob.needs:
+        return 0.0
+    dist_us = _distances(prob, prob.alpha_us + prob.transfer_us)
+    hdist_us = _holder_distances(prob, dist_us)
+    _check_reachable(prob, hdist_us)
+    return _continuous_cut(prob, windows, dist_us, hdist_us)
