@@ -1,0 +1,228 @@
+"""The verifier for combining collectives (ReduceScatter, AllReduce, Reduce).
+
+Data-movement verification asks "does the node hold the chunk?". For combining collectives
+the question is "which contributions does the node's copy of the chunk contain?", so this
+verifier replays the schedule on *contribution sets*:
+
+- ``S[v, c]`` is the set of GPUs whose contribution to chunk ``c`` is summed in ``v``'s buffer.
+  At slot 0 it is ``{v}`` for every contributor of ``c`` (the ``pre`` table) and empty
+  elsewhere (switches, non-contributors).
+- A send ``(c, u -> v, t)`` carries ``P = S[u, c]`` as it is at the start of slot ``t``
+  (arrivals due at ``t`` are applied first, as in the canonical semantics: a chunk is usable
+  at the head from ``t + L``). An empty ``P`` is a causality violation.
+- ``reduce=True`` (receive-and-reduce): at ``t + L``, ``S[v, c] := S[v, c] | P``. If the two
+  sets intersect, some contribution would be counted twice: a ``double-count`` violation.
+- ``reduce=False`` (copy): at ``t + L``, ``S[v, c] := P``. A copy is valid when ``P`` is the
+  complete set (the finished reduction, as in the AllGather half of AllReduce), or when the
+  receiver holds nothing live: its set is empty or it has already sent that set on (it is a
+  relay, e.g. a switch or a GPU done with the chunk). Overwriting a live, unsent partial sum
+  with an incomplete set loses contributions: a ``copy-overwrite`` violation. A complete copy
+  arriving at a node that already holds the complete set is a ``duplicate-receive``.
+- Arrivals in the same slot are applied copies first, then reduces (a deterministic order; any
+  order gives the same verdict when the schedule is valid).
+- Capacity over the occupancy window, single-port, unknown chunk and missing link exactly as
+  in :func:`ccplan.schedule.verify.verify`.
+- Postcondition: every ``post`` node ends with exactly the complete set. The makespan is the
+  first slot at whose start this holds: the largest slot at which a ``post`` node's set became
+  complete (once complete, a valid schedule cannot make it incomplete again).
+
+Reduction at switches (in-network reduction, like NVLS/SHARP) is allowed by default because
+the reversal of a switch multicast needs it; ``switch_reduce=False`` rejects it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from ccplan.instances.collectives import Chunk
+from ccplan.instances.instance import Instance
+from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.verify import Report, Violation
+
+COMBINING_VIOLATION_KINDS: tuple[str, ...] = (
+    "unknown-chunk",
+    "no-link",
+    "causality",
+    "double-count",
+    "copy-overwrite",
+    "duplicate-receive",
+    "switch-reduce",
+    "capacity",
+    "single-port-send",
+    "single-port-receive",
+    "postcondition",
+)
+
+
+def _names(mask: int, members: tuple[int, ...]) -> list[int]:
+    return [members[i] for i in range(len(members)) if mask >> i & 1]
+
+
+def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: bool = True) -> Report:
+    """Check a combining schedule on contribution sets (see the module docstring).
+
+    Parameters
+    ----------
+    instance : Instance
+        Its collective must have ``combining=True``.
+    schedule : Schedule
+    switch_reduce : bool
+        Allow a switch to reduce two non-empty partial sums (in-network reduction).
+
+    Returns
+    -------
+    Report
+        ``arrivals[(chunk, node)]`` is the slot from which ``node`` holds the complete
+        reduction of ``chunk`` (only for nodes that end with it).
+    """
+    topo = instance.topology
+    coll = instance.collective
+    occupancy = instance.occupancy
+    latency = instance.latency
+    violations: list[Violation] = []
+
+    members: dict[Chunk, tuple[int, ...]] = {c: tuple(sorted(h)) for c, h in coll.holders.items()}
+    bit: dict[Chunk, dict[int, int]] = {c: {v: 1 << i for i, v in enumerate(m)} for c, m in members.items()}
+    full: dict[Chunk, int] = {c: (1 << len(m)) - 1 for c, m in members.items()}
+    state: dict[tuple[int, Chunk], int] = {}
+    forwarded: dict[tuple[int, Chunk], bool] = {}
+    full_at: dict[tuple[Chunk, int], int] = {}
+    for c, m in members.items():
+        for v in m:
+            state[(v, c)] = bit[c][v]
+            if bit[c][v] == full[c]:
+                full_at[(c, v)] = 0
+
+    pending: dict[int, list[tuple[Send, int]]] = defaultdict(list)
+    link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+
+    def apply(slot: int, items: Iterable[tuple[Send, int]]) -> None:
+        # Copies first, then reduces: see the module docstring.
+        for send, payload in sorted(items, key=lambda x: (x[0].reduce, x[0])):
+            c, v = send.chunk, send.dst
+            key = (v, c)
+            cur = state.get(key, 0)
+            where = (send.chunk, (send.src, send.dst), send.slot)
+            if send.reduce:
+                overlap = cur & payload
+                if overlap:
+                    violations.append(Violation(
+                        "double-count",
+                        f"{send.describe()}: node {v} already holds contributions "
+                        f"{_names(overlap, members[c])} of the partial sum it receives at slot {slot} "
+                        f"(they would be counted twice)", *where))
+                if cur and not switch_reduce and topo.kind[v] == "switch":
+                    violations.append(Violation(
+                        "switch-reduce",
+                        f"{send.describe()}: switch {v} would reduce two partial sums at slot {slot} "
+                        "(in-network reduction is disabled)", *where))
+                new = cur | payload
+            else:
+                if payload == full[c]:
+                    if cur == full[c]:
+                        violations.append(Violation(
+                            "duplicate-receive",
+                            f"{send.describe()}: node {v} already holds the complete reduction "
+                            f"(since slot {full_at.get((c, v))})", *where))
+                elif cur and not forwarded.get(key, False):
+                    violations.append(Violation(
+                        "copy-overwrite",
+                        f"{send.describe()}: the copy overwrites node {v}'s unsent partial sum "
+                        f"{_names(cur, members[c])} with the incomplete set {_names(payload, members[c])} "
+                        f"at slot {slot} (contributions would be lost)", *where))
+                new = payload
+            state[key] = new
+            forwarded[key] = False
+            if new == full[c]:
+                full_at.setdefault((c, v), slot)
+            else:
+                full_at.pop((c, v), None)
+
+    def drain(upto: int | None) -> None:
+        for slot in sorted(s for s in pending if upto is None or s <= upto):
+            apply(slot, pending.pop(slot))
+
+    by_slot: dict[int, list[Send]] = defaultdict(list)
+    for send in schedule.sends:
+        by_slot[send.slot].append(send)
+    for t in sorted(by_slot):
+        drain(t)
+        reads: list[tuple[Send, int, int]] = []
+        for send in by_slot[t]:
+            key = (send.src, send.dst)
+            if send.chunk not in members:
+                violations.append(Violation(
+                    "unknown-chunk", f"{send.describe()}: the collective has no such chunk",
+                    send.chunk, key, send.slot))
+                continue
+            if key not in topo.link_index:
+                violations.append(Violation(
+                    "no-link", f"{send.describe()}: the topology has no link {send.src}->{send.dst}",
+                    send.chunk, key, send.slot))
+                continue
+            link = topo.link_index[key]
+            payload = state.get((send.src, send.chunk), 0)
+            if not payload:
+                violations.append(Violation(
+                    "causality",
+                    f"{send.describe()}: node {send.src} holds no contribution to the chunk at the "
+                    f"start of slot {t}", send.chunk, key, send.slot))
+                continue
+            reads.append((send, payload, link))
+            for s in range(t, t + int(occupancy[link])):
+                link_load[(link, s)].append(send)
+                if instance.single_port:
+                    send_port[(send.src, s)].append(send)
+                    recv_port[(send.dst, s)].append(send)
+        # Every send of slot t reads its payload before any of them is marked as sent on.
+        for send, payload, link in reads:
+            forwarded[(send.src, send.chunk)] = True
+            pending[t + int(latency[link])].append((send, payload))
+    drain(None)
+
+    for (link, t), sends in sorted(link_load.items()):
+        cap = instance.omega(link, t)
+        if len(sends) > cap:
+            src, dst = topo.links[link].key
+            chunks = ", ".join(str(list(s.chunk)) for s in sends)
+            violations.append(Violation(
+                "capacity",
+                f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) but its "
+                f"capacity omega is {cap}", sends[-1].chunk, (src, dst), t))
+    for kind, table, role in (
+        ("single-port-send", send_port, "sends"),
+        ("single-port-receive", recv_port, "receives"),
+    ):
+        for (node, t), sends in sorted(table.items()):
+            if len(sends) > 1:
+                what = "; ".join(s.describe() for s in sends)
+                violations.append(Violation(
+                    kind, f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
+                    sends[-1].chunk, (sends[-1].src, sends[-1].dst), t))
+
+    makespan = 0
+    missing = False
+    for c, nodes in coll.post:
+        for v in nodes:
+            have = state.get((v, c), 0)
+            if have != full[c]:
+                missing = True
+                lacking = _names(full[c] & ~have, members[c])
+                violations.append(Violation(
+                    "postcondition",
+                    f"chunk {list(c)} ends at node {v} without the contributions of {lacking}",
+                    c, None, None))
+            else:
+                makespan = max(makespan, full_at[(c, v)])
+    ms = None if missing else makespan
+    return Report(
+        ok=not violations,
+        violations=tuple(violations),
+        makespan_slots=ms,
+        makespan_us=None if ms is None else instance.slots_to_us(ms),
+        num_sends=len(schedule.sends),
+        arrivals=dict(full_at),
+    )

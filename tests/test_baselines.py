@@ -1,0 +1,205 @@
+"""Classic baselines: step counts derived by hand, closed forms, conformance with the verifier."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ccplan.bounds import lower_bound_slots
+from ccplan.errors import ValidationError
+from ccplan.heuristics import baselines as bl
+from ccplan.instances.builtin import dgx1, fully_connected, line, ndv2, ring, star_switch
+from ccplan.instances.collectives import allgather, alltoall, broadcast, make_collective
+from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
+from ccplan.instances.instance import make_instance
+from ccplan.methods import SolveOptions, solve
+from ccplan.schedule.simulate import simulate
+
+B = 50.0  # GB/s
+ALPHA = 0.7  # us
+BETA = 1.0 / (B * 1e3)  # us per byte: 1 GB/s = 1e3 bytes/us
+M = 1e6  # bytes
+
+
+def _coll(kind, topo, chunks=1, root=None):
+    if kind in COMBINING:
+        return make_combining(kind, topo, chunks, root=root)
+    return make_collective(kind, topo, chunks, root=root)
+
+
+def test_ring_allreduce_on_4_gpus_takes_2_n_minus_1_steps():
+    """Ring of 4 GPUs, alpha 0, one chunk per shard: every link carries one chunk per slot
+    (L = 1). ReduceScatter: shard q starts at q+1 and needs 3 hops to come back to q, all
+    shards in lockstep: 3 slots. AllGather: 3 more hops from the owner. 2(N-1) = 6 slots, and
+    no link ever carries two chunks in a slot (each GPU sends one shard per step)."""
+    topo = ring(4, alpha_us=0.0)
+    inst = make_instance(topo, allreduce(topo), "1MB")
+    res = solve(inst, "ring")
+    assert res.verified and res.schedule is not None
+    assert res.makespan_slots == 2 * (4 - 1)
+    # 2(N-1) steps of N sends each.
+    assert len(res.schedule) == 2 * (4 - 1) * 4
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 8])
+def test_ring_simulation_matches_closed_form(n):
+    """Uniform bidirectional ring, alpha 0.7 us, 50 GB/s. The ring uses one direction; at
+    every step each link carries exactly one chunk of size/n, and a chunk goes on as soon as it
+    arrives, so in the alpha-beta replay every hop costs alpha + (size/n) beta and the chain
+    of n-1 (AllGather, ReduceScatter) or 2(n-1) (AllReduce) hops never waits for a link:
+    T = (n-1)(alpha + size/n beta) and twice that (``003_*.txt``)."""
+    topo = ring(n, bandwidth_GBps=B, alpha_us=ALPHA)
+    cases = [("allgather", bl.ring_allgather_cost), ("reducescatter", bl.ring_reducescatter_cost),
+             ("allreduce", bl.ring_allreduce_cost)]
+    for kind, formula in cases:
+        inst = make_instance(topo, _coll(kind, topo), M)
+        res = solve(inst, "ring")
+        assert res.verified and res.schedule is not None
+        expected = formula(n, M, ALPHA, BETA)
+        assert simulate(inst, res.schedule).completion_us == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_binomial_tree_simulation_matches_closed_form(n):
+    """Fully connected, n = 2^m, one chunk (the whole buffer). In the binomial tree rank r
+    receives from r minus its highest bit, so its depth is popcount(r); the deepest rank
+    (n-1) is m = log2 n hops from the root, each hop alpha + size beta on its own link:
+    T = log2(n)(alpha + size beta) (``001_*.txt``), for Broadcast and, mirrored, Reduce."""
+    topo = fully_connected(n, bandwidth_GBps=B, alpha_us=ALPHA)
+    for kind, formula in (("broadcast", bl.binomial_broadcast_cost), ("reduce", bl.binomial_reduce_cost)):
+        inst = make_instance(topo, _coll(kind, topo, root=0), M)
+        res = solve(inst, "tree")
+        assert res.verified and res.schedule is not None
+        expected = formula(n, M, ALPHA, BETA)
+        assert simulate(inst, res.schedule).completion_us == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 6])
+def test_recursive_halving_doubling_against_closed_form(n):
+    """Rabenseifner on a fully connected uniform network, one chunk per GPU.
+
+    The closed form 2 log2(n') alpha + 2 (n'-1)/n' size beta (+ 2(alpha + size beta) when
+    n' = 2^floor(log2 n) < n) charges every round one whole message. For n = 2 each round *is*
+    one chunk, so the replay equals it. Otherwise a chunk may start its next round as soon as
+    it has arrived, so the replay is at most the formula; and it is at least the chain of one
+    chunk: log2(n') halving hops to its core rank and log2(n') doubling hops from there, each
+    alpha + (size/n) beta.
+    """
+    topo = fully_connected(n, bandwidth_GBps=B, alpha_us=ALPHA)
+    inst = make_instance(topo, allreduce(topo), M)
+    res = solve(inst, "recursive-halving-doubling")
+    assert res.verified and res.schedule is not None
+    t = simulate(inst, res.schedule).completion_us
+    formula = bl.recursive_halving_doubling_allreduce_cost(n, M, ALPHA, BETA)
+    m = math.floor(math.log2(n))
+    chain = 2 * m * (ALPHA + M / n * BETA)
+    if n == 2:
+        assert t == pytest.approx(formula, rel=1e-9)
+    else:
+        assert chain - 1e-9 <= t <= formula + 1e-9
+
+
+def test_closed_forms_reduce_to_textbook_values():
+    """Hand values: ring AllReduce of 8 MB on 8 GPUs, alpha 1, beta 1e-6: 14 (1 + 1) = 28;
+    Rabenseifner on 6 GPUs (n' = 4) with size 4 and beta 1: 4 alpha + 2*(3/4)*4 + 2(alpha + 4)."""
+    assert bl.ring_allreduce_cost(8, 8e6, 1.0, 1e-6) == pytest.approx(28.0)
+    assert bl.recursive_halving_doubling_allreduce_cost(6, 4.0, 1.0, 1.0) == pytest.approx(4 + 6 + 2 * 5)
+    assert bl.recursive_doubling_allgather_cost(4, 4.0, 1.0, 1.0) == pytest.approx(2 + 3)
+    hier = bl.hierarchical_allreduce_cost(2, 4, 8.0, 0.0, 1.0, 0.0, 1.0)
+    assert hier == pytest.approx(2 * 3 * 2 + 2 * 1 * 1)
+
+
+# --------------------------------------------------------------------------- conformance
+TOPOLOGIES = {
+    "ring5": lambda: ring(5),
+    "line3": lambda: line(3),
+    "fc6": lambda: fully_connected(6),
+    "star5": lambda: star_switch(5),
+    "dgx1": dgx1,
+    "ndv2x2": lambda: ndv2(2),
+}
+
+# Recursive-doubling AllReduce keeps both partners' buffers live during an exchange, so no GPU
+# can relay it: it needs partners joined directly or through switches only.
+_NEEDS_DIRECT = {("recursive-doubling", "allreduce")}
+
+
+@pytest.mark.parametrize("topo_name", sorted(TOPOLOGIES))
+@pytest.mark.parametrize("method", sorted(bl.SUPPORTED))
+def test_every_baseline_conforms(topo_name, method):
+    """Every collective a baseline supports verifies on every small topology (C = 1 and 2) and
+    is not below the lower bound; an unsupported collective raises ValidationError."""
+    topo = TOPOLOGIES[topo_name]()
+    for kind in sorted(bl.SUPPORTED[method]):
+        for chunks in (1, 2):
+            inst = make_instance(topo, _coll(kind, topo, chunks, root=topo.gpus[-1]), "1MB")
+            if (method, kind) in _NEEDS_DIRECT and topo_name in {"ring5", "line3", "ndv2x2"}:
+                with pytest.raises(ValidationError, match="no route"):
+                    solve(inst, method)
+                continue
+            res = solve(inst, method)
+            assert res.verified, (kind, chunks, res.report.violations[:2] if res.report else None)
+            assert res.makespan_slots is not None and res.makespan_slots >= lower_bound_slots(inst)
+    unsupported = sorted({"allgather", "allreduce", "alltoall", "broadcast"} - bl.SUPPORTED[method])
+    if unsupported:
+        inst = make_instance(topo, _coll(unsupported[0], topo, root=topo.gpus[0]), "1MB")
+        with pytest.raises(ValidationError, match="does not support"):
+            solve(inst, method)
+
+
+def test_single_port_and_outages_are_respected():
+    """The placer honours single-port and an outage: the ring AllGather still verifies, and
+    with link 0->1 down in slot 0 nothing uses it then."""
+    topo = ring(4, alpha_us=0.0)
+    inst = make_instance(topo, allgather(topo, 2), "1MB", single_port=True, outages=[(0, 1, 0)])
+    res = solve(inst, "ring")
+    assert res.verified and res.schedule is not None
+    assert not any(s.src == 0 and s.dst == 1 and s.slot == 0 for s in res.schedule.sends)
+
+
+def test_reduce_chain_and_double_binary_trees_shape():
+    """NCCL's two trees on 8 ranks. Positions 1..8, parent of p = p -+ lowbit(p) (the one with
+    the next bit set), the root is position 8 (as NCCL's rank 0 it has a single child, 4).
+    Tree 1 holds rank p-1 at position p: 0->1, 2->1, 4->5, 6->5, 1->3, 5->3, 3->7, root 7;
+    interior ranks {1, 3, 5, 7}. Tree 2 holds rank p mod 8: interior {0, 2, 4, 6}: disjoint,
+    so every rank forwards in one tree only."""
+    t1, t2 = bl.double_binary_trees(8)
+    assert t1 == {0: 1, 2: 1, 4: 5, 6: 5, 1: 3, 5: 3, 3: 7, 7: None}
+    assert t2 == {1: 2, 3: 2, 5: 6, 7: 6, 2: 4, 6: 4, 4: 0, 0: None}
+    inner1 = {p for p in t1.values() if p is not None}
+    inner2 = {p for p in t2.values() if p is not None}
+    assert inner1 == {1, 3, 5, 7} and inner2 == {0, 2, 4, 6}
+    topo = fully_connected(5)
+    res = solve(make_instance(topo, reduce(topo, 3, root=2), "1MB"), "ring")
+    assert res.verified
+
+
+def test_ring_order_and_groups_on_real_topologies():
+    """DGX1 has the Hamiltonian NVLink cycle 0-1-3-2-6-7-5-4 (among others): the search finds a
+    cycle using direct links only. NDv2 with 2 chassis splits into its two chassis when the
+    12.5 GB/s NIC links are removed."""
+    topo = dgx1()
+    order = bl.ring_order(topo)
+    assert sorted(order) == list(topo.gpus)
+    assert all(topo.has_link(a, b) for a, b in zip(order, order[1:] + order[:1], strict=True))
+    groups = bl.infer_groups(ndv2(2))
+    assert sorted(map(sorted, groups)) == [list(range(8)), list(range(8, 16))]
+
+
+def test_hierarchical_with_explicit_groups_and_bad_groups():
+    topo = fully_connected(6)
+    inst = make_instance(topo, allreduce(topo), "1MB")
+    res = solve(inst, "hierarchical", SolveOptions(extra={"groups": [[0, 1, 2], [3, 4, 5]]}))
+    assert res.verified
+    with pytest.raises(ValidationError, match="partition"):
+        solve(inst, "hierarchical", SolveOptions(extra={"groups": [[0, 1], [3, 4, 5]]}))
+
+
+def test_pairwise_alltoall_and_broadcast_baselines():
+    topo = star_switch(4)
+    res = solve(make_instance(topo, alltoall(topo, 2), "1MB"), "pairwise")
+    assert res.verified and res.makespan_slots is not None
+    assert res.makespan_slots >= res.lower_bound_slots
+    res = solve(make_instance(topo, broadcast(topo, 3, root=1), "1MB"), "tree")
+    assert res.verified
