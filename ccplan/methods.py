@@ -215,7 +215,16 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     opts = options or SolveOptions()
     engine = get_engine(method)
     start = time.perf_counter()
-    outcome = engine(instance, opts)
+    if instance.collective.combining:
+        from ccplan.heuristics.combine import NATIVE_COMBINING, solve_combining
+
+        if method not in NATIVE_COMBINING:
+            # Data-movement engines solve the reversed twin; the combine module reverses it.
+            outcome = solve_combining(instance, method, opts)
+        else:
+            outcome = engine(instance, opts)
+    else:
+        outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
     bound = lower_bound_slots(instance)
     if outcome.bound_slots is not None:
@@ -260,5 +269,18 @@ for _name, _module in {
     "mteg": "ccplan.heuristics.mteg",
     "layered": "ccplan.heuristics.layered",
     "heuristic": "ccplan.heuristics.search",
+    "multitree": "ccplan.heuristics.multitree",
+    **{
+        name: "ccplan.heuristics.baselines"
+        for name in (
+            "ring",
+            "tree",
+            "double-binary-tree",
+            "recursive-doubling",
+            "recursive-halving-doubling",
+            "hierarchical",
+            "pairwise",
+        )
+    },
 }.items():
     declare(_name, _module)

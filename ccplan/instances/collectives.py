@@ -298,7 +298,7 @@ COLLECTIVES: dict[str, CollectiveFactory] = {
 }
 """Registry of data-movement collectives by name."""
 
-ROOTED: frozenset[str] = frozenset({"broadcast", "multicast", "gather", "scatter"})
+ROOTED: set[str] = {"broadcast", "multicast", "gather", "scatter"}
 
 
 def make_collective(
@@ -324,3 +324,14 @@ def make_collective(
     if kind in ROOTED and root is None:
         root = topology.gpus[0]
     return factory(topology, chunks=chunks, root=root, dests=dests)
+
+
+def _register_combining() -> None:
+    # Combining collectives live in their own module (it imports Collective from here).
+    from ccplan.instances.combining import COMBINING, ROOTED_COMBINING
+
+    COLLECTIVES.update(COMBINING)
+    ROOTED.update(ROOTED_COMBINING)
+
+
+_register_combining()

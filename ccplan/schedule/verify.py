@@ -24,6 +24,10 @@ VIOLATION_KINDS: tuple[str, ...] = (
     "single-port-send",
     "single-port-receive",
     "postcondition",
+    # combining collectives (ccplan.schedule.combining)
+    "double-count",
+    "copy-overwrite",
+    "switch-reduce",
 )
 
 
