@@ -1,0 +1,398 @@
+"""``heuristic``: the best schedule we can build without a solver, within a time budget.
+
+Portfolio (deterministic for a given ``seed`` and the same number of completed steps; run in
+this order until the budget is spent or a schedule reaches the lower bound of
+:func:`ccplan.bounds.lower_bound_slots`, which proves it optimal):
+
+1. MTEGCCA as in the paper (:mod:`ccplan.heuristics.mteg` defaults: size order, one TM run
+   per task, closest terminal by MTEG tree cost);
+2. MTEGCCA with earliest-arrival TM selection; per-chunk trees with interleaved chunk order
+   (both selections; only when a task has several chunks);
+3. the layered constructor of ``002_*.txt`` (:mod:`ccplan.heuristics.layered`), slack 0 and 1;
+4. reverse task order (both selections);
+5. "squeaky wheel": rerun the best MTEG variant with the tasks whose deliveries finished
+   last moved to the front (they get the link-slots first), repeated while it helps;
+6. restarts: seeded random task orders (``seed``, ``seed+1``, ...) for both selections, each
+   followed by one squeaky-wheel step, and seeded layered runs, for 30 % of the budget;
+7. improvement step, rip-up and reroute (:func:`rip_up_reroute`, a large-neighbourhood
+   search) on the best schedule for the rest of the budget: remove the sends of a chunk that
+   finishes at the makespan (plus a few random chunks), or of a leaf delivery at the
+   makespan plus other leaf deliveries into the same node, and rebuild those trees with the
+   TM search in the MTEG the other sends occupy; keep the result when (makespan, deliveries
+   at the makespan, sum of arrivals) does not get worse.
+
+Every candidate goes through :func:`ccplan.schedule.verify`; only verified schedules count.
+Effort (``options.extra["effort"]``): ``"quick"`` runs items 1-4 only (no budget),
+``"normal"`` (default) all items within ``time_limit`` (default 5 s; item 1 always runs, the
+others only while budget is left), ``"thorough"`` the same with a 20 s default budget. A
+given ``time_limit`` overrides the effort's default. ``Outcome.details`` names the winning
+variant and lists every variant's makespan.
+
+Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
+``effort="quick"`` is fully deterministic.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+from ccplan.errors import ValidationError
+from ccplan.heuristics.layered import LayeredOptions, layered_schedule
+from ccplan.heuristics.mteg import (
+    MtegOptions,
+    MtegResult,
+    Reservations,
+    decompose,
+    extend_schedule,
+    latency_bound,
+    mteg_schedule,
+)
+from ccplan.instances.collectives import Chunk
+from ccplan.instances.instance import Instance
+from ccplan.methods import Outcome, SolveOptions, register
+from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.verify import verify
+
+log = logging.getLogger(__name__)
+
+RESTART_SHARE = 0.3
+"""Share of the budget for random-order restarts; rip-up-and-reroute gets the rest."""
+
+EFFORTS: dict[str, float] = {"quick": 0.0, "normal": 5.0, "thorough": 20.0}
+"""Effort level -> default time budget in seconds (0: the fixed variants only)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One verified variant: its label, makespan and schedule."""
+
+    label: str
+    makespan: int
+    schedule: Schedule
+    seconds: float
+
+
+def _bound(instance: Instance) -> int:
+    """Lower bound to stop at: ccplan.bounds if available, else the latency bound."""
+    try:
+        from ccplan.bounds import lower_bound_slots
+    except ImportError:  # pragma: no cover - bounds.py is part of the package
+        return latency_bound(instance)
+    return lower_bound_slots(instance)
+
+
+def heuristic_search(
+    instance: Instance,
+    time_limit: float | None = None,
+    effort: str = "normal",
+    seed: int = 0,
+) -> tuple[Candidate, list[Candidate], dict[str, object]]:
+    """Run the portfolio; return the best candidate, all candidates and run facts.
+
+    Parameters
+    ----------
+    instance : Instance
+    time_limit : float, optional
+        Seconds for the whole search (default from ``effort``). The fixed variants always
+        run, so a tiny limit still returns a schedule.
+    effort : {"quick", "normal", "thorough"}
+    seed : int
+        First seed of the random-order restarts.
+
+    Raises
+    ------
+    ValidationError
+        Unknown effort.
+    """
+    if effort not in EFFORTS:
+        raise ValidationError(f"heuristic option effort must be one of {sorted(EFFORTS)}, got {effort!r}")
+    budget = EFFORTS[effort] if time_limit is None else float(time_limit)
+    if effort == "quick":
+        budget = 0.0
+    start = time.perf_counter()
+    bound = _bound(instance)
+    multi_chunk = any(len(k.chunks) > 1 for k in decompose(instance))
+    cands: list[Candidate] = []
+    mteg_runs: list[MtegResult] = []
+    best: Candidate | None = None
+
+    def consider(label: str, make: Callable[[], Schedule], result: MtegResult | None = None) -> None:
+        nonlocal best
+        t0 = time.perf_counter()
+        schedule = make()
+        report = verify(instance, schedule)
+        seconds = time.perf_counter() - t0
+        if not report.ok or report.makespan_slots is None:
+            log.error("heuristic variant %s failed verification: %s", label, report.violations[:1])
+            return
+        cand = Candidate(label, report.makespan_slots, Schedule(schedule.sends, method="heuristic"), seconds)
+        cands.append(cand)
+        if result is not None:
+            mteg_runs.append(result)
+        if best is None or cand.makespan < best.makespan:
+            best = cand
+
+    def mteg(opts: MtegOptions) -> None:
+        holder: dict[str, MtegResult] = {}
+
+        def make() -> Schedule:
+            holder["r"] = mteg_schedule(instance, opts)
+            return holder["r"].schedule
+
+        consider(f"mteg[{opts.label()}]", make)
+        if "r" in holder:
+            mteg_runs.append(holder["r"])
+
+    def done() -> bool:
+        return best is not None and best.makespan <= bound
+
+    def out_of_time() -> bool:
+        # restarts and squeaky wheel get the first 30 % of the budget, rip-up-and-reroute the rest
+        return time.perf_counter() - start >= RESTART_SHARE * budget
+
+    for step in _fixed_variants(multi_chunk):
+        if done() or (effort != "quick" and best is not None and time.perf_counter() - start >= budget):
+            break
+        if isinstance(step, MtegOptions):
+            mteg(step)
+        else:
+            consider(step.label(), partial(layered_schedule, instance, step))
+
+    def squeak(base: MtegResult, rounds: int) -> None:
+        current = base
+        for _ in range(rounds):
+            if done() or out_of_time():
+                return
+            order = _promote_late(current)
+            if order == current.order:
+                return
+            opts = MtegOptions(order="given", task_order=order, tree=base.options.tree,
+                               select=base.options.select, interleave=base.options.interleave)
+            before = len(mteg_runs)
+            mteg(opts)
+            if len(mteg_runs) == before:
+                return
+            nxt = mteg_runs[-1]
+            if nxt.makespan > current.makespan:
+                return
+            current = nxt
+
+    if effort != "quick" and not done() and not out_of_time() and mteg_runs:
+        squeak(min(mteg_runs, key=lambda r: r.makespan), rounds=8)
+    restarts = 0
+    if effort != "quick":
+        for opts in _random_variants(seed, multi_chunk):
+            if done() or out_of_time():
+                break
+            restarts += 1
+            if isinstance(opts, LayeredOptions):
+                consider(opts.label(), partial(layered_schedule, instance, opts))
+                continue
+            before = len(mteg_runs)
+            mteg(opts)
+            if len(mteg_runs) > before:
+                squeak(mteg_runs[-1], rounds=1)
+    lns_iterations = 0
+    if effort != "quick" and best is not None and not done():
+        deadline = start + budget
+        base: Candidate = best
+        improved, lns_iterations = rip_up_reroute(instance, base.schedule, deadline, bound, seed)
+        consider(f"{base.label}+reroute", lambda: improved)
+    assert best is not None, "the fixed variants always produce a schedule"
+    facts: dict[str, object] = {
+        "lower_bound_slots": bound,
+        "reached_bound": best.makespan <= bound,
+        "restarts": restarts,
+        "reroute_iterations": lns_iterations,
+        "seconds": time.perf_counter() - start,
+        "budget_seconds": budget,
+    }
+    return best, cands, facts
+
+
+def _score(
+    lat: dict[tuple[int, int], int], by_chunk: dict[Chunk, list[Send]]
+) -> tuple[tuple[int, int, int], dict[Chunk, int]]:
+    """(makespan, deliveries arriving at the makespan, sum of arrivals) and per-chunk finish."""
+    arrivals = []
+    finish = {}
+    for c, sends in by_chunk.items():
+        arr = [s.slot + lat[(s.src, s.dst)] for s in sends]
+        arrivals.extend(arr)
+        finish[c] = max(arr, default=0)
+    makespan = max(arrivals, default=0)
+    return (makespan, sum(1 for a in arrivals if a == makespan), sum(arrivals)), finish
+
+
+def rip_up_reroute(
+    instance: Instance,
+    schedule: Schedule,
+    deadline: float,
+    bound: int,
+    seed: int = 0,
+    max_rip: int = 4,
+    max_iterations: int | None = None,
+    leaf_share: float = 0.5,
+    accept_worse: float = 0.05,
+) -> tuple[Schedule, int]:
+    """Improvement step: rip up the trees of a few chunks and rebuild them (LNS).
+
+    Each iteration removes the sends of one chunk that finishes at the makespan plus up to
+    ``max_rip - 1`` random other chunks, rebuilds their trees with
+    :func:`~ccplan.heuristics.mteg.extend_schedule` (TM selection drawn at random) in the
+    MTEG whose edges the remaining sends occupy, and keeps the result when the key
+    (makespan, deliveries at the makespan, sum of arrival slots) does not get worse. So late
+    deliveries move into link-slots freed by the rebuilt trees. Stops at ``deadline``
+    (``time.perf_counter()`` value) or when the makespan reaches ``bound``.
+
+    Returns
+    -------
+    (Schedule, int)
+        The best schedule (not yet verified by this function) and the number of iterations.
+    """
+    rng = random.Random(seed)
+    lat = {lk.key: int(x) for lk, x in zip(instance.topology.links, instance.latency, strict=True)}
+    coll = instance.collective
+    by_chunk: dict[Chunk, list[Send]] = {c: [] for c in coll.chunk_ids}
+    for snd in schedule.sends:
+        by_chunk[snd.chunk].append(snd)
+    key, finish = _score(lat, by_chunk)
+    best_key, best_by_chunk = key, dict(by_chunk)
+    tasks = {t.chunks[0]: t for t in decompose(instance, per_chunk=True)}
+    movable = sorted(tasks)
+    link_index = instance.topology.link_index
+    res = Reservations(instance)
+    for snd in schedule.sends:
+        res.reserve(link_index[(snd.src, snd.dst)], snd.slot)
+    iterations = 0
+    while time.perf_counter() < deadline and key[0] > bound and movable:
+        if max_iterations is not None and iterations >= max_iterations:
+            break
+        iterations += 1
+        # removed[c]: the sends of chunk c taken out this iteration
+        removed: dict[Chunk, list[Send]] = {}
+        if rng.random() < leaf_share:
+            _pick_leaves(rng, by_chunk, lat, key[0], max_rip, removed)
+        if not removed:
+            _pick_chunks(rng, movable, finish, key[0], max_rip, by_chunk, removed)
+        order = sorted(removed)
+        rng.shuffle(order)
+        trial = {c: list(sends) for c, sends in by_chunk.items()}
+        for c in order:
+            gone = set(removed[c])
+            trial[c] = [snd for snd in by_chunk[c] if snd not in gone]
+            for snd in removed[c]:
+                res.release(link_index[(snd.src, snd.dst)], snd.slot)
+        opts = MtegOptions(select=rng.choice(("tree-cost", "earliest")), horizon=max(1, key[0]))
+        kept = {c: trial[c] for c in order}
+        new = extend_schedule(instance, (), [tasks[c] for c in order], opts, reservations=res,
+                              partial=kept)
+        for snd in new:
+            trial[snd.chunk].append(snd)
+        new_key, new_finish = _score(lat, trial)
+        # accept improvements, and sideways moves at the same makespan with a small
+        # probability (lets the search leave plateaus of the secondary keys)
+        if new_key <= key or (new_key[0] <= key[0] and rng.random() < accept_worse):
+            by_chunk, key, finish = trial, new_key, new_finish
+            if key < best_key:
+                best_key, best_by_chunk = key, dict(by_chunk)
+        else:
+            for snd in new:
+                res.release(link_index[(snd.src, snd.dst)], snd.slot)
+            for c in order:
+                for snd in removed[c]:
+                    res.reserve(link_index[(snd.src, snd.dst)], snd.slot)
+    sends = tuple(snd for lst in best_by_chunk.values() for snd in lst)
+    return Schedule(sends, method="heuristic"), iterations
+
+
+def _pick_chunks(rng: random.Random, movable: list[Chunk], finish: dict[Chunk, int], makespan: int,
+                 max_rip: int, by_chunk: dict[Chunk, list[Send]], removed: dict[Chunk, list[Send]]) -> None:
+    """Move A: a whole chunk that finishes at the makespan plus a few random chunks."""
+    critical = [c for c in movable if finish[c] == makespan]
+    ripped = {rng.choice(critical)} if critical else set()
+    extra = rng.randint(0, max(0, min(max_rip - 1, len(movable) - 1)))
+    while len(ripped) < 1 + extra:
+        ripped.add(rng.choice(movable))
+    for c in ripped:
+        removed[c] = list(by_chunk[c])
+
+
+def _pick_leaves(rng: random.Random, by_chunk: dict[Chunk, list[Send]], lat: dict[tuple[int, int], int],
+                 makespan: int, max_rip: int, removed: dict[Chunk, list[Send]]) -> None:
+    """Move B: a delivery at the makespan to a leaf of its tree, plus other leaf deliveries
+    into the same node (they compete for its in-links), taken out to be re-routed."""
+    leaves: dict[int, list[Send]] = {}
+    critical: list[Send] = []
+    for sends in by_chunk.values():
+        forwarding = {snd.src for snd in sends}
+        for snd in sends:
+            if snd.dst not in forwarding:
+                leaves.setdefault(snd.dst, []).append(snd)
+                if snd.slot + lat[(snd.src, snd.dst)] == makespan:
+                    critical.append(snd)
+    if not critical:
+        return
+    first = rng.choice(critical)
+    others = [snd for snd in leaves[first.dst] if snd != first]
+    picked = [first, *rng.sample(others, min(len(others), rng.randint(1, max(1, max_rip))))]
+    for snd in picked:
+        removed.setdefault(snd.chunk, []).append(snd)
+
+
+def _fixed_variants(multi_chunk: bool) -> Iterator[MtegOptions | LayeredOptions]:
+    yield MtegOptions()
+    yield MtegOptions(select="earliest")
+    if multi_chunk:
+        yield MtegOptions(tree="chunk", interleave=True)
+        yield MtegOptions(tree="chunk", interleave=True, select="earliest")
+    yield LayeredOptions(slack=0)
+    yield LayeredOptions(slack=1)
+    yield MtegOptions(order="reverse")
+    yield MtegOptions(order="reverse", select="earliest")
+
+
+def _random_variants(seed: int, multi_chunk: bool) -> Iterator[MtegOptions | LayeredOptions]:
+    k = 0
+    while True:
+        for select in ("tree-cost", "earliest"):
+            yield MtegOptions(order="random", seed=seed + k, select=select)
+            if multi_chunk:
+                yield MtegOptions(order="random", seed=seed + k, select=select, tree="chunk")
+        yield LayeredOptions(seed=seed + k)
+        k += 1
+
+
+def _promote_late(result: MtegResult) -> tuple[int, ...]:
+    """Squeaky wheel: the tasks that finished in the last quarter of the makespan go first
+    (in their current relative order), the rest keep theirs."""
+    pos = {k: i for i, k in enumerate(result.order)}
+    late_set = set(result.late_tasks[: max(1, len(result.late_tasks) // 4)])
+    late = sorted(late_set, key=lambda k: pos[k])
+    rest = [k for k in result.order if k not in late_set]
+    return tuple(late + rest)
+
+
+@register("heuristic")
+def heuristic_engine(instance: Instance, options: SolveOptions) -> Outcome:
+    """Engine ``heuristic``: the portfolio above. ``extra["effort"]`` and ``time_limit``
+    set the budget; ``seed`` the restarts. Status ``feasible`` (optimal is never claimed)."""
+    effort = str(options.extra.get("effort", "normal"))
+    best, cands, facts = heuristic_search(instance, options.time_limit, effort, options.seed)
+    makespans: dict[str, int] = {}
+    for c in cands:
+        makespans.setdefault(c.label, c.makespan)
+    details = {
+        "variant": best.label,
+        "makespan_slots": best.makespan,
+        "horizon": max(best.makespan, 1),
+        "variants": makespans,
+        "variants_tried": len(cands),
+        **facts,
+    }
+    return Outcome(schedule=best.schedule, status="feasible", details=details)
