@@ -373,6 +373,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ccplan.sweep import run_sweep
+
+    path = run_sweep(
+        args.config, out=args.out, dask_address=args.dask, progress=not args.quiet, processes=args.processes
+    )
+    print(f"results -> {path}")
+    return EXIT_OK
+
+
 def cmd_methods(args: argparse.Namespace) -> int:
     from ccplan.methods import method_names
 
@@ -445,7 +455,9 @@ def _add_bounds(p: argparse.ArgumentParser) -> None:
 
 def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
-    p.add_argument("--format", required=True, choices=["msccl-xml", "json", "timeline", "gantt", "utilization"])
+    p.add_argument(
+        "--format", required=True, choices=["msccl-xml", "json", "timeline", "gantt", "utilization"]
+    )
     p.add_argument("--out", required=True, help="output file (.xml, .json, .png, .svg)")
     p.add_argument("--dialect", default="executor", choices=["executor", "legacy"], help="MSCCL XML dialect")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="MSCCL protocol")
@@ -478,6 +490,14 @@ def _add_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-cost", type=float, default=0.0, help="reduce cost in us per byte (default 0)")
 
 
+def _add_sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="sweep configuration (TOML), e.g. sweeps/smoke.toml")
+    p.add_argument("--out", help="result table (CSV); default: the config's run.out")
+    p.add_argument("--dask", metavar="ADDRESS", help="run the cells on a Dask distributed scheduler")
+    p.add_argument("--processes", type=int, help="local worker processes (default 2)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def _add_nothing(p: argparse.ArgumentParser) -> None:
     return None
 
@@ -492,6 +512,9 @@ COMMANDS: dict[str, Command] = {
     "export": Command("export a schedule (MSCCL XML, JSON, pictures)", _add_export, cmd_export),
     "validate-xml": Command("check an MSCCL XML file (exit 1 on error)", _add_validate_xml, cmd_validate_xml),
     "plot-progress": Command("plot a solver progress CSV", _add_plot_progress, cmd_plot_progress),
+    "sweep": Command(
+        "run or resume a grid of solves (resumable; --dask for a cluster)", _add_sweep, cmd_sweep
+    ),
 }
 
 

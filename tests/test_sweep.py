@@ -1,0 +1,319 @@
+"""Sweeps: resumable tables, kill-and-resume, Dask path (ccplan/sweep.py).
+
+The engines under test here are toy engines registered below, so these tests do not depend
+on the real engines. ``toy-seq`` sends every chunk along a BFS tree, one send at a time (each
+send starts only after the previous one has arrived), which is trivially valid: no two sends
+ever overlap in time, so no capacity can be exceeded and every sender already holds its chunk.
+It logs each call to the file named by ``CCPLAN_TOY_LOG`` and can sleep to make a sweep slow
+enough to be killed mid-run.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from ccplan.errors import ValidationError
+from ccplan.instances.instance import Instance
+from ccplan.methods import Outcome, SolveOptions, register
+from ccplan.schedule.core import Schedule, Send
+
+try:  # the pipeline attaches ccplan.bounds.lower_bound_slots; another helper writes that module
+    import ccplan.bounds  # noqa: F401
+except ImportError:  # pragma: no cover - only until ccplan/bounds.py lands
+    _stub = types.ModuleType("ccplan.bounds")
+    _stub.lower_bound_slots = lambda instance: 0  # type: ignore[attr-defined]
+    sys.modules["ccplan.bounds"] = _stub
+
+from ccplan.sweep import (
+    COLUMNS,
+    TIMING_COLUMNS,
+    SweepConfig,
+    cells_of,
+    load_results,
+    run_sweep,
+)
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO = TESTS_DIR.parent
+
+
+@register("toy-seq")
+def _toy_sequential(instance: Instance, options: SolveOptions) -> Outcome:
+    log_path = os.environ.get("CCPLAN_TOY_LOG")
+    if log_path:
+        with open(log_path, "a") as fh:
+            fh.write(f"{os.getpid()} {instance.describe()}\n")
+    time.sleep(float(options.extra.get("sleep", 0.0)))
+    topo = instance.topology
+    latency = instance.latency
+    coll = instance.collective
+    sends: list[Send] = []
+    slot = 0
+    for chunk in coll.chunk_ids:
+        held = coll.holders[chunk]
+        parent: dict[int, tuple[int, int]] = {}  # node -> (parent node, link index)
+        order: list[int] = []
+        frontier = sorted(held)
+        seen = set(held)
+        while frontier:
+            nxt = []
+            for u in frontier:
+                for li in topo.out_links.get(u, ()):
+                    v = topo.links[li].dst
+                    if v not in seen:
+                        seen.add(v)
+                        parent[v] = (u, li)
+                        order.append(v)
+                        nxt.append(v)
+            frontier = nxt
+        needed: set[int] = set()
+        for v in coll.wanted.get(chunk, frozenset()) - held:
+            while v not in held and v not in needed:
+                needed.add(v)
+                v = parent[v][0]
+        for v in order:  # BFS order: a parent is served before its children
+            if v in needed:
+                u, li = parent[v]
+                sends.append(Send(slot=slot, chunk=chunk, src=u, dst=v))
+                slot += int(latency[li])
+    return Outcome(Schedule(tuple(sends), method="toy-seq"), status="feasible")
+
+
+@register("toy-fail")
+def _toy_fail(instance: Instance, options: SolveOptions) -> Outcome:
+    raise RuntimeError("toy engine failure\nsecond line of the message")
+
+
+SMOKE_TOML = """
+name = "toy"
+sizes = {sizes}
+chunks = [1]
+collectives = ["allgather"]
+
+[[topology]]
+name = "line"
+params = {{n = 3}}
+label = "line3"
+
+[[topology]]
+name = "ring"
+params = {{n = 4}}
+
+[[method]]
+label = "toy"
+method = "toy-seq"
+extra = {{sleep = {sleep}}}
+
+[run]
+processes = {processes}
+imports = ["test_sweep"]
+"""
+
+
+def _write_config(tmp_path: Path, sizes: list[str], sleep: float = 0.0, processes: int = 1) -> Path:
+    cfg = tmp_path / "toy.toml"
+    cfg.write_text(SMOKE_TOML.format(sizes=str(sizes).replace("'", '"'), sleep=sleep, processes=processes))
+    return cfg
+
+
+def _keys(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return [row["key"] for row in csv.DictReader(fh)]
+
+
+def test_row_numbers_of_a_hand_checked_cell(tmp_path):
+    """line-3 AllGather, 3 MB, C=1, toy-seq.
+
+    mu = 1 MB, tau = 1e6 B / 50 GB/s = 20 us; alpha/tau = 0.7/20 = 0.035 <= 0.1 so delta = 0,
+    L = 1 on every link. toy-seq sends each chunk along its BFS tree, one send per slot:
+    chunk 0: 0->1, 1->2; chunk 1: 1->0, 1->2; chunk 2: 2->1, 1->0: 6 sends, makespan 6 slots
+    = 120 us; algbw = 3e6 B / 120 us = 25 GB/s.
+    """
+    cfg = SweepConfig.from_toml(_write_config(tmp_path, ["3MB"]))
+    out = run_sweep(cfg, out=tmp_path / "t.csv", progress=False)
+    rows = [r for r in load_results(out) if r["topology"] == "line3"]
+    assert len(rows) == 1
+    r = rows[0]
+    assert r["status"] == "feasible" and r["verified"] is True
+    assert r["makespan_slots"] == 6
+    assert r["tau_us"] == pytest.approx(20.0)
+    assert r["makespan_us"] == pytest.approx(120.0)
+    assert r["algbw_GBps"] == pytest.approx(25.0)
+    assert r["num_sends"] == 6
+    assert r["gpus"] == 3 and r["links"] == 4
+    assert r["lower_bound_slots"] <= 6
+    assert r["host_cores"] == os.cpu_count()
+
+
+def test_rerun_skips_finished_cells_and_failures_are_rows(tmp_path, monkeypatch):
+    """A second run over a complete table solves nothing; an engine error becomes one row."""
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("CCPLAN_TOY_LOG", str(log))
+    cfg_path = _write_config(tmp_path, ["1MB", "2MB"])
+    text = cfg_path.read_text() + '\n[[method]]\nlabel = "broken"\nmethod = "toy-fail"\n'
+    cfg_path.write_text(text)
+    out = tmp_path / "t.csv"
+    run_sweep(cfg_path, out=out, progress=False)
+    assert len(log.read_text().splitlines()) == 4  # 2 topologies x 2 sizes of toy-seq
+    rows = load_results(out)
+    assert len(rows) == 8
+    broken = [r for r in rows if r["method_label"] == "broken"]
+    assert len(broken) == 4 and all(r["status"] == "error" for r in broken)
+    assert all("toy engine failure | second line" in r["error"] for r in broken)
+    run_sweep(cfg_path, out=out, progress=False)
+    assert len(log.read_text().splitlines()) == 4
+    assert sorted(_keys(out)) == sorted({*_keys(out)})
+
+
+def test_killed_sweep_resumes_without_redoing_finished_cells(tmp_path, monkeypatch):
+    """Kill a 2-process sweep (whole process group, SIGKILL) after a few rows, add a torn
+    line, resume: every cell appears exactly once and no cell finished before the kill is
+    solved again."""
+    sizes = ["1MB", "2MB", "3MB", "4MB", "5MB", "6MB"]
+    cfg = _write_config(tmp_path, sizes, sleep=0.4, processes=2)
+    out = tmp_path / "t.csv"
+    log = tmp_path / "calls.log"
+    env = dict(os.environ, CCPLAN_TOY_LOG=str(log), PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
+    code = f"from ccplan.sweep import run_sweep; run_sweep({str(cfg)!r}, out={str(out)!r}, progress=False)"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            if out.exists() and len(out.read_text().splitlines()) >= 1 + 4:  # header + 4 rows
+                break
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"sweep ended before it was killed: {err[-2000:]}")
+            time.sleep(0.05)
+        else:
+            pytest.fail("sweep wrote no rows within 60 s")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished_first = set(_keys(out))
+    total = len(cells_of(SweepConfig.from_toml(cfg)))
+    assert 4 <= len(finished_first) < total, "the kill must land mid-run"
+    with out.open("a") as fh:  # a row cut off mid-write
+        fh.write('"line3|allgather|9MB|C1|toy|deadbeef00",toy,line3,li')
+    first_calls = len(log.read_text().splitlines())
+
+    monkeypatch.setenv("CCPLAN_TOY_LOG", str(log))
+    run_sweep(cfg, out=out, progress=False, processes=1)
+
+    keys = _keys(out)
+    assert len(keys) == total and len(set(keys)) == total
+    assert "deadbeef00" not in out.read_text()
+    expected = {c.key for c in cells_of(SweepConfig.from_toml(cfg))}
+    assert set(keys) == expected
+    second = log.read_text().splitlines()[first_calls:]
+    by_key = {r["key"]: r for r in load_results(out)}
+    # The toy logs instance.describe() ("line-3 allgather size=1MB C=1 ..."): map back to cells.
+    second_cells = collections.Counter(" ".join(line.split()[1:4]) for line in second)
+    for k in finished_first:
+        r = by_key[k]
+        topo_name = "line-3" if r["topology"] == "line3" else "ring-4"
+        assert second_cells[f"{topo_name} allgather size={r['size']}"] == 0, f"{k} was solved again"
+    assert sum(second_cells.values()) == total - len(finished_first)
+
+
+def test_dask_local_cluster_gives_the_same_table(tmp_path):
+    """The same grid on a Dask LocalCluster (in-process workers) and locally: equal rows
+    except the timing/host columns."""
+    distributed = pytest.importorskip(
+        "distributed", reason="dask.distributed is not installed (pip install 'dask[distributed]')"
+    )
+    cfg = SweepConfig.from_toml(_write_config(tmp_path, ["1MB", "4MB"]))
+    local = run_sweep(cfg, out=tmp_path / "local.csv", progress=False)
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
+        remote = run_sweep(
+            cfg, out=tmp_path / "dask.csv", dask_address=cluster.scheduler_address, progress=False
+        )
+
+    def strip(path: Path) -> list[dict]:
+        rows = load_results(path)
+        return sorted(
+            ({k: v for k, v in r.items() if k not in TIMING_COLUMNS} for r in rows), key=lambda r: r["key"]
+        )
+
+    a, b = strip(local), strip(remote)
+    assert len(a) == 4
+    assert a == b
+
+
+def test_config_errors_name_the_field(tmp_path):
+    cfg = _write_config(tmp_path, ["1MB"])
+    cfg.write_text(cfg.read_text().replace('label = "toy"', 'label = "toy"\ntime_limt = 5'))
+    with pytest.raises(ValidationError, match="time_limt"):
+        SweepConfig.from_toml(cfg)
+    with pytest.raises(ValidationError, match="does not exist"):
+        SweepConfig.from_toml(tmp_path / "nope.toml")
+    cfg.write_text(_write_config(tmp_path, ["1MB"]).read_text().replace('sizes = ["1MB"]', 'sizes = ["1XB"]'))
+    with pytest.raises(ValidationError, match="size"):
+        SweepConfig.from_toml(cfg)
+
+
+def test_method_restrictions_and_key_stability(tmp_path):
+    """A method limited to some sizes gets only those cells; a changed time limit changes the
+    key (the cell is rerun), an unchanged config gives the same keys."""
+    cfg_path = _write_config(tmp_path, ["1KB", "1MB", "1GB"])
+    text = cfg_path.read_text() + textwrap.dedent("""
+        [[method]]
+        label = "exact"
+        method = "toy-seq"
+        time_limit = 60
+        sizes = ["1MB", "1000000000"]
+        topologies = ["line3"]
+    """)
+    cfg_path.write_text(text)
+    cells = cells_of(SweepConfig.from_toml(cfg_path))
+    exact = sorted(c.size for c in cells if c.method.label == "exact")
+    assert exact == ["1GB", "1MB"]
+    assert len(cells) == 2 * 3 + 2
+    again = [c.key for c in cells_of(SweepConfig.from_toml(cfg_path))]
+    assert again == [c.key for c in cells]
+    cfg_path.write_text(text.replace("time_limit = 60", "time_limit = 61"))
+    changed = cells_of(SweepConfig.from_toml(cfg_path))
+    assert {c.key for c in changed if c.method.label == "exact"}.isdisjoint(
+        {c.key for c in cells if c.method.label == "exact"}
+    )
+    assert set(COLUMNS) >= set(TIMING_COLUMNS)
+
+
+def test_table_of_an_older_column_set_is_upgraded_in_place(tmp_path):
+    """A table whose header is a subset of today's columns keeps its rows (new columns empty)
+    and its keys still count as done; a table with unknown columns is refused."""
+    from ccplan.sweep import ResultTable
+
+    path = tmp_path / "old.csv"
+    path.write_text("key,status,makespan_us\na|1,feasible,12.5\nb|2,optimal,3.0\n")
+    table = ResultTable(path)
+    assert table.open() == {"a|1", "b|2"}
+    table.append({"key": "c|3", "status": "feasible"})
+    table.close()
+    rows = load_results(path)
+    assert [r["key"] for r in rows] == ["a|1", "b|2", "c|3"]
+    assert rows[0]["makespan_us"] == 12.5 and rows[0]["tau_us"] is None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("key,colour\nx,red\n")
+    with pytest.raises(ValidationError, match="colour"):
+        ResultTable(bad).open()
