@@ -80,7 +80,7 @@ def test_verify_rejects_a_corrupted_schedule_with_exit_1(capsys, line_schedule, 
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
+    code, _out, err = run(capsys, *argv)
     assert code == 2
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1, err
@@ -121,7 +121,7 @@ def test_solve_writes_schedule_and_report_that_verify(capsys, tmp_path):
     for key in ("method", "status", "makespan_slots", "lower_bound_slots", "tau_us", "makespan_us",
                 "algbw_GBps", "solve_seconds", "verified"):
         assert key in report
-    inst, sched = load_schedule(out)
+    inst, _sched = load_schedule(out)
     assert inst.collective.kind == "allgather"
     code, stdout, _ = run(capsys, "verify", str(out))
     assert code == 0
