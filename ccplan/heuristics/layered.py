@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 import random
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from scipy.optimize import linear_sum_assignment
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
+from ccplan.instances.paths import latency_distances
 from ccplan.instances.topology import Topology
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
@@ -92,21 +92,9 @@ def _distances(instance: Instance) -> dict[int, dict[int, int]]:
     """All-pairs shortest latency ``d(u, w)`` (sum of ``L``), by Dijkstra from every node."""
     topo = instance.topology
     lat = [int(x) for x in instance.latency]
-    out: dict[int, dict[int, int]] = {}
-    for s in topo.node_ids:
-        dist = {s: 0}
-        heap = [(0, s)]
-        while heap:
-            d, x = heapq.heappop(heap)
-            if d > dist[x]:
-                continue
-            for j in topo.out_links[x]:
-                y = topo.links[j].dst
-                if d + lat[j] < dist.get(y, math.inf):
-                    dist[y] = d + lat[j]
-                    heapq.heappush(heap, (d + lat[j], y))
-        out[s] = dist
-    return out
+    return {
+        s: {v: int(d) for v, d in latency_distances(topo, lat, [s]).items()} for s in topo.node_ids
+    }
 
 
 def _have_nodes(have: dict[int, set[int]], ci: int) -> list[int]:

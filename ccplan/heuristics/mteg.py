@@ -109,6 +109,7 @@ from typing import Any
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.instances.paths import latency_distances
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 
@@ -785,25 +786,14 @@ def latency_bound(instance: Instance) -> int:
     lat = [int(x) for x in instance.latency]
     coll = instance.collective
     best = 0
-    cache: dict[tuple[int, ...], dict[int, int]] = {}
+    cache: dict[tuple[int, ...], dict[int, float]] = {}
     for chunk, node in coll.demands:
         roots = tuple(sorted(coll.holders[chunk]))
         if roots not in cache:
-            dist = dict.fromkeys(roots, 0)
-            heap = [(0, r) for r in roots]
-            while heap:
-                d, x = heapq.heappop(heap)
-                if d > dist.get(x, math.inf):
-                    continue
-                for j in topo.out_links[x]:
-                    y = topo.links[j].dst
-                    if d + lat[j] < dist.get(y, math.inf):
-                        dist[y] = d + lat[j]
-                        heapq.heappush(heap, (d + lat[j], y))
-            cache[roots] = dist
+            cache[roots] = latency_distances(topo, lat, roots)
         reach = cache[roots].get(node)
         if reach is not None:
-            best = max(best, reach)
+            best = max(best, int(reach))
     return best
 
 
