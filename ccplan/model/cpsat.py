@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -92,7 +93,7 @@ def validate_params_text(text: str) -> str:
 
     params = sat_parameters_pb2.SatParameters()
     try:
-        text_format.Parse(text, params)
+        text_format.Merge(text, params)  # Merge: a repeated scalar field keeps its last value
     except text_format.ParseError as exc:
         raise ValidationError(f"params_text: invalid CP-SAT parameter: {exc}") from None
     return str(text_format.MessageToString(params, as_one_line=True))
@@ -205,10 +206,15 @@ class CpSatOutcome:
 # --------------------------------------------------------------------------- translation
 def _integral(value: float, what: Callable[[], str]) -> int:
     """``value`` as an int if it is integral up to the tolerance, else a named error."""
-    as_int = int(round(value))
+    as_int = round(value)
     if abs(value - as_int) <= _TOL * max(1.0, abs(value)):
         return as_int
     raise ValidationError(f"{what()}: value {value!r} is not integral; CP-SAT needs integer data")
+
+
+def _describe(where: Callable[[], str], what: str, var: Any) -> str:
+    prefix = where()
+    return f"{prefix + ': ' if prefix else ''}{what} {var.name}"
 
 
 @dataclass
@@ -282,9 +288,8 @@ class _Translator:
             if coef == 0:
                 continue
             if coef != int(coef):
-                coef = _integral(
-                    coef, lambda v=var_id: f"{where()}: coefficient of {self.visitor.var_map[v].name}"
-                )
+                var = self.visitor.var_map[var_id]
+                coef = _integral(coef, partial(_describe, where, "coefficient of", var))
             idx.append(self.var(var_id, where))
             coefs.append(int(coef))
         return idx, coefs
@@ -297,8 +302,9 @@ class _Translator:
         repn = self.visitor.walk_expression(body)
         if repn.nonlinear is not None:
             raise ValidationError(f"{where()} is nonlinear; CP-SAT needs linear rows")
-        const = float(repn.constant) * float(repn.multiplier) if repn.multiplier != 1 else float(repn.constant)
-        linear = repn.linear if repn.multiplier == 1 else {k: c * repn.multiplier for k, c in repn.linear.items()}
+        mult = float(repn.multiplier)  # 1 after a full walk; kept general on purpose
+        const = float(repn.constant) * mult
+        linear = repn.linear if mult == 1 else {k: c * mult for k, c in repn.linear.items()}
         idx, coefs = self.terms(linear, where)
         equality = lb is not None and ub is not None and lb == ub
         if not idx:
@@ -368,8 +374,8 @@ def compile_model(model: Any) -> CompiledModel:
     objectives = list(model.component_data_objects(Objective, active=True, descend_into=True))
     if len(objectives) > 1:
         raise ValidationError(
-            f"model has {len(objectives)} active objectives ({objectives[0].name}, {objectives[1].name}, ...);"
-            " CP-SAT takes one"
+            f"model has {len(objectives)} active objectives "
+            f"({objectives[0].name}, {objectives[1].name}, ...); CP-SAT takes one"
         )
     if objectives:
         tr.objective(objectives[0])
@@ -379,7 +385,9 @@ def compile_model(model: Any) -> CompiledModel:
     return CompiledModel(tr.cpm, tr.variables, tr.index, bool(objectives), seconds, tr.constant_rows)
 
 
-def set_objective_limits(compiled: CompiledModel, lower: float | None = None, upper: float | None = None) -> None:
+def set_objective_limits(
+    compiled: CompiledModel, lower: float | None = None, upper: float | None = None
+) -> None:
     """Restrict the objective value (Pyomo units) to ``[lower, upper]`` through the objective domain.
 
     This is how a cut bound ``D >= LB`` or a horizon ``D <= h`` is imposed without touching
@@ -388,7 +396,7 @@ def set_objective_limits(compiled: CompiledModel, lower: float | None = None, up
     obj = compiled.cp_model.proto.objective
     if not compiled.has_objective:
         raise ValidationError("set_objective_limits: the model has no objective")
-    del obj.domain[:]
+    obj.domain.clear()
     if lower is None and upper is None:
         return
     scale = obj.scaling_factor or 1.0
@@ -410,7 +418,7 @@ def _set_hint(compiled: CompiledModel, hint: Mapping[Any, float]) -> int:
         if pos is None or value is None:
             continue  # fixed or unused variable: nothing for CP-SAT to follow
         idx.append(pos)
-        vals.append(_integral(float(value), lambda v=var: f"hint value of {v.name}"))
+        vals.append(_integral(float(value), partial(_describe, str, "hint value of", var)))
     proto.solution_hint.vars.extend(idx)
     proto.solution_hint.values.extend(vals)
     return len(idx)
@@ -428,11 +436,13 @@ class _LogSink:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.file = path.open("w")
 
-    def __call__(self, line: str) -> None:
+    def __call__(self, message: str) -> None:
+        # One callback may carry a multi-line block (model statistics, tables).
+        parts = message.split("\n")
         with self.lock:
-            self.lines.append(line)
+            self.lines.extend(parts)
             if self.file is not None:
-                self.file.write(line + "\n")
+                self.file.write("\n".join(parts) + "\n")
                 self.file.flush()
 
     def close(self) -> None:

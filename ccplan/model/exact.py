@@ -1,0 +1,723 @@
+"""The exact engine ``milp``: the paper's MILP (constraints (2)-(14)) solved by CP-SAT.
+
+Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an incumbent):
+
+1. an upper bound: the makespan of a heuristic schedule (method
+   ``extra["warm_start_method"]``, default ``"heuristic"``), or, when no heuristic is
+   registered, of :func:`greedy_schedule` below; ``options.horizon`` overrides it;
+2. a lower bound: ``ccplan.bounds.lower_bound_slots`` and the latency bound of
+   :func:`latency_lower_bound`, whichever is larger;
+3. the Pyomo model (``ccplan.model.milp.build_model``), optionally written out
+   (``options.dump_model``);
+4. a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in one
+   solve; ``ascending`` (default) asks "is there a schedule with D <= h?" for h = lower
+   bound, +1, ... on a model built for horizon h, so the first "yes" is optimal and every
+   "no" raises the bound; ``descending`` asks the same questions downwards from the warm
+   start, so the first "no" proves the incumbent optimal;
+5. the backend (:data:`BACKENDS`): CP-SAT (default) or HiGHS (cross-checks);
+6. when the solver returns no incumbent but the heuristic schedule exists, that schedule is
+   returned with status ``feasible`` (CP-SAT can time out in presolve even with a complete
+   hint; ``docs/exact.md``).
+
+The CP-SAT defaults (:data:`DEFAULT_CPSAT_PARAMS`) were measured with
+``benchmarks/exact.py``; ``docs/exact.md`` lists the measurements.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccplan.errors import CCPlanError, SolverUnavailableError, ValidationError
+from ccplan.instances.instance import Instance
+from ccplan.methods import Outcome, SolveOptions, get_engine, register
+from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.verify import verify
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CPSAT_PARAMS = "linearization_level: 2 max_presolve_iterations: 1 cp_model_probing_level: 0"
+"""CP-SAT parameters the ``milp`` engine uses unless ``extra["cpsat_params"]`` adds or
+overrides fields (measured on 2 cores, see ``docs/exact.md``)."""
+
+DEFAULT_STRATEGY = "ascending"
+"""Measured fastest to a proof on the benchmark instances (docs/exact.md)."""
+
+# --------------------------------------------------------------------------- backends
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One solve of a Pyomo model by a named backend, in backend-neutral form.
+
+    Attributes
+    ----------
+    backend : str
+    status : str
+        ``optimal | feasible | infeasible | unknown``.
+    objective, bound : float or None
+        Incumbent objective and proven bound (Pyomo units).
+    wall_seconds : float
+    trajectory : tuple of (seconds, objective, bound)
+    hint_status : str
+        ``none | accepted | rejected | unknown`` (HiGHS: always ``none``).
+    params_text : str
+    """
+
+    backend: str
+    status: str
+    objective: float | None
+    bound: float | None
+    wall_seconds: float
+    trajectory: tuple[tuple[float, float, float], ...] = ()
+    hint_status: str = "none"
+    params_text: str = ""
+    translate_seconds: float = 0.0
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_solution(self) -> bool:
+        """The Pyomo variables hold an incumbent."""
+        return self.status in ("optimal", "feasible")
+
+
+Backend = Callable[..., BackendResult]
+
+
+def _cpsat_backend(
+    model: Any,
+    *,
+    time_limit: float | None = None,
+    workers: int = 2,
+    seed: int = 0,
+    params_text: str = "",
+    hint: Mapping[Any, float] | None = None,
+    log_path: Path | None = None,
+    progress_callback: Any = None,
+    stop_after_first_solution: bool = False,
+) -> BackendResult:
+    from ccplan.model.cpsat import CpSatOptions, compile_model, solve_compiled
+
+    opts = CpSatOptions(
+        time_limit=time_limit,
+        workers=workers,
+        seed=seed,
+        params_text=params_text,
+        log_path=log_path,
+        progress_callback=progress_callback,
+    )
+    compiled = compile_model(model)
+    out = solve_compiled(compiled, opts, hint, stop_after_first_solution=stop_after_first_solution)
+    return BackendResult(
+        backend="cpsat",
+        status=out.status,
+        objective=out.objective,
+        bound=out.best_bound,
+        wall_seconds=out.wall_seconds,
+        trajectory=out.trajectory,
+        hint_status=out.hint_status,
+        params_text=out.params_text,
+        translate_seconds=out.translate_seconds,
+        details={"cp_variables": out.num_variables, "cp_constraints": out.num_constraints,
+                 "bound_trajectory": out.bound_trajectory},
+    )
+
+
+def _highs_backend(
+    model: Any,
+    *,
+    time_limit: float | None = None,
+    hint: Mapping[Any, float] | None = None,
+    log_path: Path | None = None,
+    **_: Any,
+) -> BackendResult:
+    try:
+        from ccplan.model.highs import solve_with_highs
+    except ImportError as exc:
+        raise SolverUnavailableError(
+            f"HiGHS is not available: install the 'highspy' package (pip install highspy==1.12.0) [{exc}]"
+        ) from None
+    if hint is not None:
+        log.info("the HiGHS backend ignores the warm-start hint")
+    if log_path is not None:
+        log.info("the HiGHS backend writes no search log to %s", log_path)
+    out = solve_with_highs(model, time_limit=time_limit)
+    status = str(out.status)
+    if status not in ("optimal", "feasible", "infeasible", "unknown"):
+        status = "unknown"
+    return BackendResult(
+        backend="highs",
+        status=status,
+        objective=None if out.objective is None else float(out.objective),
+        bound=None if out.bound is None else float(out.bound),
+        wall_seconds=float(out.wall_seconds),
+    )
+
+
+BACKENDS: dict[str, Backend] = {"cpsat": _cpsat_backend, "highs": _highs_backend}
+"""Pyomo backends by name; ``extra["solver"]`` picks one for the ``milp`` engine."""
+
+
+def solve_model_with(backend_name: str, model: Any, **kwargs: Any) -> BackendResult:
+    """Solve a Pyomo model with the backend ``backend_name`` (see :data:`BACKENDS`).
+
+    Keyword arguments: ``time_limit, workers, seed, params_text, hint, log_path,
+    progress_callback, stop_after_first_solution`` (backends ignore what they cannot use).
+
+    Raises
+    ------
+    ValidationError
+        Unknown backend name.
+    SolverUnavailableError
+        The backend's package is not installed (one line naming the package).
+    """
+    try:
+        backend = BACKENDS[backend_name]
+    except KeyError:
+        raise ValidationError(
+            f"solver {backend_name!r} is unknown (choose from {', '.join(sorted(BACKENDS))})"
+        ) from None
+    return backend(model, **kwargs)
+
+
+# --------------------------------------------------------------------------- bounds & fallback
+
+
+def _shortest_latency(instance: Instance) -> dict[Any, tuple[dict[int, int], dict[int, int]]]:
+    """Per chunk: multi-source Dijkstra over link latencies L from the chunk's holders.
+
+    Returns ``chunk -> (distance, parent link index)``.
+    """
+    topo = instance.topology
+    lat = instance.latency
+    out: dict[Any, tuple[dict[int, int], dict[int, int]]] = {}
+    for chunk, holders in instance.collective.holders.items():
+        dist = {h: 0 for h in holders}
+        parent: dict[int, int] = {}
+        heap = [(0, h) for h in sorted(holders)]
+        heapq.heapify(heap)
+        while heap:
+            d, u = heapq.heappop(heap)
+            if d > dist.get(u, math.inf):
+                continue
+            for li in topo.out_links[u]:
+                v = topo.links[li].dst
+                nd = d + int(lat[li])
+                if nd < dist.get(v, math.inf):
+                    dist[v] = nd
+                    parent[v] = li
+                    heapq.heappush(heap, (nd, v))
+        out[chunk] = (dist, parent)
+    return out
+
+
+def latency_lower_bound(instance: Instance) -> int:
+    """Every demand needs at least its shortest latency path: ``max_demand dist_L(holders, v)``.
+
+    Raises
+    ------
+    ValidationError
+        A demanded node is unreachable from every holder of the chunk.
+    """
+    trees = _shortest_latency(instance)
+    best = 0
+    for chunk, node in instance.collective.demands:
+        dist = trees[chunk][0]
+        if node not in dist:
+            raise ValidationError(f"chunk {list(chunk)} cannot reach node {node}: no path in the topology")
+        best = max(best, dist[node])
+    return best
+
+
+def greedy_schedule(instance: Instance) -> Schedule:
+    """A cheap valid schedule, used as horizon and incumbent when no heuristic is registered.
+
+    Each chunk follows its shortest-latency tree from its holders (restricted to the nodes
+    on the way to a demand); edges are scheduled chunk by chunk, parents before children, at
+    the earliest slot where the sender holds the chunk and the link (and, with
+    ``single_port``, both ports) is free over the whole occupancy window ``t .. t+l-1``
+    against ``omega``. Every node receives a chunk at most once (tree), so the schedule
+    satisfies the canonical semantics; the engine still verifies it.
+    """
+    topo = instance.topology
+    occ = instance.occupancy
+    lat = instance.latency
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    send_port: set[tuple[int, int]] = set()
+    recv_port: set[tuple[int, int]] = set()
+    sends: list[Send] = []
+    trees = _shortest_latency(instance)
+    wanted = instance.collective.wanted
+    for chunk in instance.collective.chunk_ids:
+        dist, parent = trees[chunk]
+        holders = instance.collective.holders[chunk]
+        needed: set[int] = set()
+        for v in wanted.get(chunk, ()):
+            while v not in holders and v not in needed:
+                if v not in parent:
+                    raise ValidationError(
+                        f"chunk {list(chunk)} cannot reach node {v}: no path in the topology"
+                    )
+                needed.add(v)
+                v = topo.links[parent[v]].src
+        avail = {h: 0 for h in holders}
+        for v in sorted(needed, key=lambda n: (dist[n], n)):
+            li = parent[v]
+            u = topo.links[li].src
+            t = avail[u]
+            span = int(occ[li])
+            while not all(
+                load[(li, s)] < instance.omega(li, s)
+                and (not instance.single_port or ((u, s) not in send_port and (v, s) not in recv_port))
+                for s in range(t, t + span)
+            ):
+                t += 1
+            for s in range(t, t + span):
+                load[(li, s)] += 1
+                if instance.single_port:
+                    send_port.add((u, s))
+                    recv_port.add((v, s))
+            avail[v] = t + int(lat[li])
+            sends.append(Send(t, chunk, u, v))
+    return Schedule.of(sends, method="milp-greedy")
+
+
+# --------------------------------------------------------------------------- engine helpers
+
+
+@dataclass
+class _Run:
+    """State shared by the strategies of one ``milp`` run."""
+
+    instance: Instance
+    options: SolveOptions
+    backend: str
+    params_text: str
+    lower_bound: int
+    start: float
+    global_bound: int
+    warm: Schedule | None = None
+    warm_method: str = "none"
+    warm_makespan: int | None = None
+    incumbent: Schedule | None = None
+    incumbent_makespan: int | None = None
+    incumbent_source: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    trajectory: list[tuple[float, float, float]] = field(default_factory=list)
+    build_seconds: float = 0.0
+    translate_seconds: float = 0.0
+    solve_seconds: float = 0.0
+    model_size: dict[str, Any] = field(default_factory=dict)
+    hint_method: str = "none"
+    hint_status: str = "none"
+    hint_error: str | None = None
+    dumped: bool = False
+
+    def remaining(self) -> float | None:
+        if self.options.time_limit is None:
+            return None
+        return self.options.time_limit - (time.perf_counter() - self.start)
+
+    def offer(self, schedule: Schedule, source: str) -> bool:
+        """Keep ``schedule`` if it verifies and beats the incumbent."""
+        report = verify(self.instance, schedule)
+        if not report.ok or report.makespan_slots is None:
+            log.error("%s produced a schedule that fails verification: %s", source, report.violations[0])
+            return False
+        if self.incumbent_makespan is None or report.makespan_slots < self.incumbent_makespan:
+            self.incumbent = schedule
+            self.incumbent_makespan = report.makespan_slots
+            self.incumbent_source = source
+            self.trajectory.append(
+                (time.perf_counter() - self.start, float(report.makespan_slots), float(self.global_bound))
+            )
+            return True
+        return False
+
+    def raise_bound(self, bound: int) -> None:
+        if bound > self.global_bound:
+            self.global_bound = bound
+            inc = math.nan if self.incumbent_makespan is None else float(self.incumbent_makespan)
+            self.trajectory.append((time.perf_counter() - self.start, inc, float(bound)))
+
+
+def _progress(options: SolveOptions, offset: float) -> Any:
+    """Adapt the caller's progress callbacks to CP-SAT's (elapsed, incumbent, bound, gap)."""
+    four = options.extra.get("progress_callback")
+    three = options.extra.get("on_progress")  # the CLI's (elapsed, incumbent, bound) printer
+    if four is None and three is None:
+        return None
+
+    def call(elapsed: float, incumbent: float | None, bound: float | None, gap: float | None) -> None:
+        if four is not None:
+            four(offset + elapsed, incumbent, bound, gap)
+        if three is not None:
+            three(offset + elapsed, incumbent, bound)
+
+    return call
+
+
+def _build(run: _Run, horizon: int) -> Any:
+    """Build the model for ``horizon`` (and dump the first one built when asked)."""
+    from ccplan.model.milp import build_model, model_size, write_model
+
+    t0 = time.perf_counter()
+    extra = run.options.extra
+    model = build_model(
+        run.instance,
+        horizon,
+        dense=bool(extra.get("dense", False)),
+        lower_bound=run.global_bound if extra.get("lower_bound_cut", True) else None,
+        cuts=bool(extra.get("cuts", True)),
+    )
+    run.build_seconds += time.perf_counter() - t0
+    run.model_size = dict(model_size(model))
+    if run.options.dump_model is not None and not run.dumped:
+        write_model(model, run.options.dump_model)
+        run.dumped = True
+    return model
+
+
+def _hint(run: _Run, model: Any, horizon: int) -> Mapping[Any, float] | None:
+    """The warm start as a complete hint, when it fits the model's horizon."""
+    from ccplan.model.milp import hint_from_schedule
+
+    if not run.options.warm_start or run.warm is None or run.warm_makespan is None:
+        return None
+    if run.warm_makespan > horizon:
+        return None
+    try:
+        hint = hint_from_schedule(model, run.instance, run.warm)
+    except (ValidationError, TypeError) as exc:
+        # The solve goes on without a hint; the schedule stays the fallback incumbent.
+        log.warning("no warm-start hint from %s: %s", run.warm_method, exc)
+        run.hint_error = f"{type(exc).__name__}: {exc}"
+        return None
+    run.hint_method = run.warm_method
+    return hint
+
+
+def _solve(run: _Run, model: Any, horizon: int, hint: Mapping[Any, float] | None, *,
+           feasibility: bool) -> BackendResult:
+    from ccplan.model.milp import schedule_from_model
+
+    opts = run.options
+    remaining = run.remaining()
+    log_path = opts.log_path
+    if log_path is not None and run.steps:
+        # one log per solve; the first keeps the requested name
+        log_path = log_path.with_name(f"{log_path.stem}.step{len(run.steps)}-h{horizon}{log_path.suffix}")
+    offset = time.perf_counter() - run.start
+    res = solve_model_with(
+        run.backend,
+        model,
+        time_limit=None if remaining is None else max(remaining, 0.05),
+        workers=opts.workers,
+        seed=opts.seed,
+        params_text=run.params_text,
+        hint=hint,
+        log_path=log_path,
+        progress_callback=_progress(opts, offset),
+        stop_after_first_solution=feasibility,
+    )
+    run.solve_seconds += res.wall_seconds
+    run.translate_seconds += res.translate_seconds
+    for t, obj, bound in res.trajectory:
+        run.trajectory.append((offset + t, obj, max(bound, float(run.global_bound))))
+    step: dict[str, Any] = {
+        "horizon": horizon,
+        "question": "D <= h ?" if feasibility else "min D",
+        "status": res.status,
+        "objective": res.objective,
+        "bound": res.bound,
+        "seconds": round(res.wall_seconds, 3),
+        "hint_status": res.hint_status,
+    }
+    if not run.steps:
+        run.hint_status = res.hint_status
+    if res.has_solution:
+        schedule = schedule_from_model(model, run.instance)
+        schedule = Schedule.of(schedule.sends, method="milp")
+        run.offer(schedule, f"{res.backend}@H={horizon}")
+        step["makespan"] = verify(run.instance, schedule).makespan_slots
+    run.steps.append(step)
+    return res
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x - 1e-6)
+
+
+def _infeasible_at(run: _Run, h: int) -> None:
+    """The solver proved that no schedule has makespan <= h."""
+    if run.incumbent_makespan is not None and run.incumbent_makespan <= h:
+        log.error("solver claims no schedule with makespan <= %d, but a verified one has %d: "
+                  "model and verifier disagree", h, run.incumbent_makespan)
+        return
+    run.raise_bound(h + 1)
+
+
+def _bound_from(run: _Run, res: BackendResult, h: int) -> None:
+    """Turn a solve's bound on the horizon-h model into a global bound."""
+    if res.status == "infeasible":
+        _infeasible_at(run, h)
+    elif res.bound is not None:
+        # The model only covers makespans <= h; every other schedule has makespan >= h + 1.
+        run.raise_bound(min(_ceil(res.bound), h + 1))
+
+
+def _direct(run: _Run, horizon: int) -> None:
+    """One solve: min D over the horizon (the paper's objective)."""
+    model = _build(run, horizon)
+    hint = _hint(run, model, horizon)
+    res = _solve(run, model, horizon, hint, feasibility=False)
+    _bound_from(run, res, horizon)
+
+
+def _next_below(run: _Run, h: int) -> int:
+    return h if run.incumbent_makespan is None else min(h, run.incumbent_makespan - 1)
+
+
+def _descending(run: _Run, horizon: int) -> None:
+    """Feasibility questions "D <= h?" for decreasing h, each on a model built for horizon h.
+
+    The first h is one below the warm start (or ``horizon`` without one); a schedule with
+    makespan m moves h to m - 1; "infeasible" at h proves the incumbent (makespan h + 1)
+    optimal. A model for a smaller h has fewer slots and its infeasibility proof is
+    shorter than closing the gap of the full model.
+    """
+    h = _next_below(run, horizon)
+    while h >= run.global_bound:
+        remaining = run.remaining()
+        if remaining is not None and remaining <= 0.05:
+            return
+        model = _build(run, h)
+        res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
+        _bound_from(run, res, h)
+        if not res.has_solution:
+            return
+        if run.incumbent_makespan is None or run.incumbent_makespan > h:
+            log.error("feasibility answer at h=%d did not yield a schedule with makespan <= h", h)
+            return
+        h = _next_below(run, h)
+
+
+def _ascending(run: _Run, horizon: int) -> None:
+    """Feasibility questions "D <= h?" for h = lower bound, +1, ...: the first yes is optimal."""
+    h = run.global_bound
+    while run.incumbent_makespan is None or h < run.incumbent_makespan:
+        if h > horizon:
+            return
+        remaining = run.remaining()
+        if remaining is not None and remaining <= 0.05:
+            return
+        model = _build(run, h)
+        res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
+        _bound_from(run, res, h)
+        if res.status != "infeasible":
+            return  # a schedule with makespan <= h (optimal, as h is a bound) or a time out
+        h += 1
+
+
+Strategy = Callable[[_Run, int], None]
+
+STRATEGIES: dict[str, Strategy] = {"direct": _direct, "descending": _descending, "ascending": _ascending}
+"""Search strategies of the ``milp`` engine (``extra["strategy"]``)."""
+
+
+def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | None, str, float]:
+    """The heuristic schedule (or the built-in greedy one) and the name of its method."""
+    t0 = time.perf_counter()
+    given = options.extra.get("warm_start_schedule")
+    if given is not None:
+        if not isinstance(given, Schedule):
+            raise ValidationError("extra['warm_start_schedule'] must be a Schedule")
+        report = verify(instance, given)
+        if not report.ok:
+            raise ValidationError(f"extra['warm_start_schedule'] fails verification: {report.violations[0]}")
+        return given, "given", time.perf_counter() - t0
+    name = str(options.extra.get("warm_start_method", "heuristic"))
+    schedule: Schedule | None = None
+    method = name
+    try:
+        engine = get_engine(name)
+    except (ValidationError, ImportError):
+        # Unknown name, or declared but its module is not there (yet).
+        engine = None
+        log.info("warm-start method %r is not registered; using the built-in greedy schedule", name)
+    if engine is not None:
+        h_limit = options.extra.get("heuristic_time_limit")
+        if h_limit is None and options.time_limit is not None:
+            h_limit = max(0.1 * options.time_limit, 0.5)
+        try:
+            h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
+            schedule = engine(instance, h_opts).schedule
+        except CCPlanError as exc:
+            log.warning("warm-start method %r failed: %s", name, exc)
+    if schedule is None or not verify(instance, schedule).ok:
+        if schedule is not None:
+            log.warning("warm-start method %r returned an invalid schedule; using the greedy one", name)
+        schedule = greedy_schedule(instance)
+        method = "greedy"
+    return schedule, method, time.perf_counter() - t0
+
+
+def _lower_bound(instance: Instance) -> int:
+    bound = latency_lower_bound(instance)
+    try:
+        from ccplan.bounds import lower_bound_slots
+    except ImportError:
+        return bound
+    return max(bound, int(lower_bound_slots(instance)))
+
+
+def _write_progress(path: Path, trajectory: list[tuple[float, float, float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["seconds", "objective", "bound"])
+        for t, obj, bound in sorted(trajectory):
+            writer.writerow([f"{t:.4f}", "" if math.isnan(obj) else f"{obj:g}", f"{bound:g}"])
+
+
+def _check_extra(extra: Mapping[str, Any]) -> tuple[str, str, str]:
+    backend = str(extra.get("solver", "cpsat"))
+    if backend not in BACKENDS:
+        raise ValidationError(
+            f"extra['solver'] {backend!r} is unknown (choose from {', '.join(sorted(BACKENDS))})"
+        )
+    strategy = str(extra.get("strategy", DEFAULT_STRATEGY))
+    if strategy not in STRATEGIES:
+        raise ValidationError(
+            f"extra['strategy'] {strategy!r} is unknown (choose from {', '.join(sorted(STRATEGIES))})"
+        )
+    params = DEFAULT_CPSAT_PARAMS
+    user = extra.get("cpsat_params")
+    if user:
+        if not isinstance(user, str):
+            raise ValidationError("extra['cpsat_params'] must be a string in SatParameters text format")
+        params = f"{params} {user}"  # a repeated scalar field: the later value wins
+    if backend == "cpsat":
+        from ccplan.model.cpsat import validate_params_text
+
+        params = validate_params_text(params)
+    return backend, strategy, params
+
+
+@register("milp")
+def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
+    """The exact engine: MILP (2)-(14) over a heuristic horizon, solved by CP-SAT.
+
+    Parameters
+    ----------
+    instance : Instance
+    options : SolveOptions
+        ``horizon`` (default: the warm-start makespan), ``warm_start`` (complete hint from
+        the heuristic schedule), ``time_limit`` (whole run), ``workers``, ``seed``,
+        ``log_path`` (CP-SAT log; later solves of a strategy add ``.stepK-hH`` to the name),
+        ``progress_path`` (CSV ``seconds,objective,bound``), ``dump_model`` (.lp/.mps of the
+        first model built). ``extra``: ``solver`` (``cpsat``|``highs``), ``strategy``
+        (:data:`STRATEGIES`), ``cpsat_params`` (text format, added to
+        :data:`DEFAULT_CPSAT_PARAMS`), ``warm_start_method`` (registered engine, default
+        ``heuristic``), ``warm_start_schedule`` (a :class:`Schedule` to start from instead;
+        verified first), ``heuristic_time_limit``,
+        ``dense``, ``cuts``, ``lower_bound_cut`` (pass the bound to the model as ``D >= LB``,
+        default True), ``always_solve`` (solve even when the warm start meets the lower bound;
+        default False), ``progress_callback`` (elapsed, incumbent, bound, gap),
+        ``on_progress`` (elapsed, incumbent, bound).
+
+    Returns
+    -------
+    Outcome
+        ``optimal`` only with a proof (solver optimum, or "infeasible" one slot below the
+        incumbent); ``feasible`` with the best verified schedule otherwise (possibly the
+        warm start: P5 in docs/exact.md); ``infeasible`` when no schedule fits an explicit
+        ``horizon``; ``unknown`` when nothing was found in time.
+    """
+    start = time.perf_counter()
+    if instance.collective.combining:
+        raise ValidationError(
+            f"milp solves data-movement collectives; {instance.collective.kind!r} is combining "
+            "(ccplan.methods.solve reduces it to data-movement parts first)"
+        )
+    backend, strategy, params = _check_extra(options.extra)
+    lower = _lower_bound(instance)
+    run = _Run(instance, options, backend, params, lower, start, global_bound=lower)
+
+    warm_seconds = 0.0
+    if options.warm_start or options.horizon is None:
+        run.warm, run.warm_method, warm_seconds = _warm_start(instance, options)
+    if run.warm is not None:
+        run.warm_makespan = verify(instance, run.warm).makespan_slots
+        run.offer(run.warm, run.warm_method)
+    horizon = options.horizon if options.horizon is not None else run.warm_makespan
+    assert horizon is not None
+    if options.horizon is not None and run.warm_makespan is not None:
+        horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
+    met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
+    if horizon < lower:
+        run.steps.append(
+            {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
+        )
+    elif met and not options.extra.get("always_solve", False):
+        # The warm start already meets a proven lower bound: nothing left for a solver to prove.
+        run.steps.append(
+            {"horizon": horizon, "status": "skipped", "reason": "warm start meets the lower bound"}
+        )
+    else:
+        STRATEGIES[strategy](run, horizon)
+    if options.progress_path is not None:
+        _write_progress(options.progress_path, run.trajectory)
+    if options.log_path is not None and not any("question" in st for st in run.steps):
+        # No solver ran; leave a log that says why instead of no file at all.
+        options.log_path.parent.mkdir(parents=True, exist_ok=True)
+        note = run.steps[-1].get("reason", "") if run.steps else ""
+        options.log_path.write_text(
+            f"ccplan milp: no solver run ({note}); warm start {run.warm_method} makespan "
+            f"{run.warm_makespan}, lower bound {run.global_bound}\n"
+        )
+
+    schedule = run.incumbent
+    makespan = run.incumbent_makespan
+    if options.horizon is not None and makespan is not None and makespan > options.horizon:
+        schedule, makespan = None, None  # the warm start does not fit the requested horizon
+    bound = run.global_bound
+    if makespan is not None:
+        bound = min(bound, makespan)
+        status = "optimal" if makespan <= run.global_bound else "feasible"
+    elif options.horizon is not None and run.global_bound > options.horizon:
+        status = "infeasible"
+    else:
+        status = "unknown"
+    last = run.steps[-1] if run.steps else {}
+    details = {
+        "backend": backend,
+        "strategy": strategy,
+        "horizon": horizon,
+        "lower_bound_input": lower,
+        "model_size": run.model_size,
+        "build_seconds": round(run.build_seconds, 3),
+        "translate_seconds": round(run.translate_seconds, 3),
+        "solve_seconds": round(run.solve_seconds, 3),
+        "warm_start_seconds": round(warm_seconds, 3),
+        "cpsat_status": last.get("status"),
+        "best_bound": bound,
+        "trajectory": [(round(t, 4), o, b) for t, o, b in run.trajectory],
+        "hint_method": run.hint_method,
+        "hint_status": run.hint_status,
+        "hint_error": run.hint_error,
+        "heuristic_method": run.warm_method,
+        "heuristic_makespan": run.warm_makespan,
+        "incumbent_source": run.incumbent_source if schedule is not None else None,
+        "cpsat_params": params if backend == "cpsat" else "",
+        "steps": run.steps,
+    }
+    return Outcome(schedule=schedule, status=status, bound_slots=float(bound), details=details)
