@@ -349,14 +349,23 @@ class _Run:
             self.trajectory.append((time.perf_counter() - self.start, inc, float(bound)))
 
 
-def _progress(options: SolveOptions, offset: float) -> Any:
-    """Adapt the caller's progress callbacks to CP-SAT's (elapsed, incumbent, bound, gap)."""
-    four = options.extra.get("progress_callback")
-    three = options.extra.get("on_progress")  # the CLI's (elapsed, incumbent, bound) printer
+def _progress(run: _Run, offset: float) -> Any:
+    """Adapt the caller's progress callbacks to CP-SAT's (elapsed, incumbent, bound, gap).
+
+    A feasibility question ("D <= h ?") has no objective of its own, so the run's incumbent
+    and proven bound are reported alongside what the current solve says.
+    """
+    four = run.options.extra.get("progress_callback")
+    three = run.options.extra.get("on_progress")  # the CLI's (elapsed, incumbent, bound) printer
     if four is None and three is None:
         return None
 
     def call(elapsed: float, incumbent: float | None, bound: float | None, gap: float | None) -> None:
+        known = [v for v in (incumbent, run.incumbent_makespan) if v is not None]
+        incumbent = float(min(known)) if known else None
+        bound = float(max(bound if bound is not None else -math.inf, run.global_bound))
+        if incumbent is not None and incumbent > 0:
+            gap = (incumbent - bound) / incumbent
         if four is not None:
             four(offset + elapsed, incumbent, bound, gap)
         if three is not None:
@@ -425,7 +434,7 @@ def _solve(run: _Run, model: Any, horizon: int, hint: Mapping[Any, float] | None
         params_text=run.params_text,
         hint=hint,
         log_path=log_path,
-        progress_callback=_progress(opts, offset),
+        progress_callback=_progress(run, offset),
         stop_after_first_solution=feasibility,
     )
     run.solve_seconds += res.wall_seconds
