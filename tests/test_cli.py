@@ -138,3 +138,14 @@ def test_bounds_prints_the_cut_bound(capsys):
     assert code == 0
     data = json.loads(out)
     assert data["best_slots"] >= 3
+
+
+def test_dump_model_is_written_even_when_no_solve_is_needed(capsys, tmp_path):
+    """On DGX1 at 1 MB the heuristic meets the lower bound, so CP-SAT never runs; the LP file of
+    the model over H (the heuristic's makespan) must still be written, with the paper's
+    objective and named constraints."""
+    lp = tmp_path / "m.lp"
+    code, out, _ = run(capsys, "solve", "--topology", "dgx1", "--method", "milp", "--dump-model", str(lp), "--quiet")
+    assert code == 0, out
+    text = lp.read_text()
+    assert "obj_1" in text and "c6_buffer" in text and "c7_capacity" in text

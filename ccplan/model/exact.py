@@ -375,8 +375,8 @@ def _progress(run: _Run, offset: float) -> Any:
 
 
 def _build(run: _Run, horizon: int) -> Any:
-    """Build the model for ``horizon`` (and dump the first one built when asked)."""
-    from ccplan.model.milp import build_model, model_size, write_model
+    """Build the model for ``horizon``."""
+    from ccplan.model.milp import build_model, model_size
 
     t0 = time.perf_counter()
     extra = run.options.extra
@@ -389,10 +389,17 @@ def _build(run: _Run, horizon: int) -> Any:
     )
     run.build_seconds += time.perf_counter() - t0
     run.model_size = dict(model_size(model))
-    if run.options.dump_model is not None and not run.dumped:
-        write_model(model, run.options.dump_model)
-        run.dumped = True
     return model
+
+
+def _dump(run: _Run, horizon: int) -> None:
+    """Write the optimisation model over the full horizon H (the heuristic's makespan, as the
+    paper proposes for other solvers), whatever the strategy later builds."""
+    from ccplan.model.milp import write_model
+
+    assert run.options.dump_model is not None
+    write_model(_build(run, horizon), run.options.dump_model)
+    run.dumped = True
 
 
 def _hint(run: _Run, model: Any, horizon: int) -> Mapping[Any, float] | None:
@@ -633,7 +640,7 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         the heuristic schedule), ``time_limit`` (whole run), ``workers``, ``seed``,
         ``log_path`` (CP-SAT log; later solves of a strategy add ``.stepK-hH`` to the name),
         ``progress_path`` (CSV ``seconds,objective,bound``), ``dump_model`` (.lp/.mps of the
-        first model built). ``extra``: ``solver`` (``cpsat``|``highs``), ``strategy``
+        model over the full horizon H). ``extra``: ``solver`` (``cpsat``|``highs``), ``strategy``
         (:data:`STRATEGIES`), ``cpsat_params`` (text format, added to
         :data:`DEFAULT_CPSAT_PARAMS`), ``warm_start_method`` (registered engine, default
         ``heuristic``), ``warm_start_schedule`` (a :class:`Schedule` to start from instead;
@@ -672,6 +679,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
     if options.horizon is not None and run.warm_makespan is not None:
         horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
     met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
+    if options.dump_model is not None and horizon >= 1:
+        _dump(run, horizon)
     if horizon < lower:
         run.steps.append(
             {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}

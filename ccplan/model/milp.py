@@ -647,7 +647,9 @@ def write_model(model: pyo.ConcreteModel, path: str | Path) -> Path:
         raise ValidationError(
             f"model file {str(target)!r}: suffix must be one of {', '.join(sorted(_WRITE_FORMATS))}"
         )
-    model.write(str(target), format=fmt, io_options={"symbolic_solver_labels": True})
+    # Pyomo picks the writer from the suffix; passing format="lp" makes it warn that "x.lp"
+    # does not match the (internal) cpxlp format name.
+    model.write(str(target), io_options={"symbolic_solver_labels": True})
     return target
 
 
