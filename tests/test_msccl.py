@@ -367,7 +367,11 @@ def test_in_network_reduction_becomes_one_transfer_per_part() -> None:
 
 @pytest.mark.parametrize(
     ("topo_name", "kind"),
-    [("dgx1", "reducescatter"), ("dgx1", "allreduce"), ("ndv2-3", "reduce"), ("ndv2-3", "allreduce")],
+    [
+        *((t, k) for t in ("dgx1", "ndv2-2", "amd") for k in ("reducescatter", "allreduce")),
+        ("ndv2-3", "reduce"),
+        ("ndv2-3", "allreduce"),
+    ],
 )
 def test_combining_engine_schedules_export(topo_name: str, kind: str) -> None:
     """Combining schedules of the heuristic engine (reversed AllGather / Broadcast, + AllGather)
@@ -378,7 +382,7 @@ def test_combining_engine_schedules_export(topo_name: str, kind: str) -> None:
 
     if "heuristic" not in method_names():
         pytest.skip("no 'heuristic' method registered")
-    topo = dgx1() if topo_name == "dgx1" else ndv2(3)
+    topo = ndv2(3) if topo_name == "ndv2-3" else TOPOLOGIES[topo_name]()
     inst = make_instance(topo, make_combining(kind, topo, root=0 if kind == "reduce" else None), "16MB")
     outcome = combine.solve_combining(inst, "heuristic")
     assert outcome.schedule is not None
