@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule, Send
-from ccplan.schedule.verify import Report, Violation
+from ccplan.schedule.verify import Occupancy, Report, Violation
 
 COMBINING_VIOLATION_KINDS: tuple[str, ...] = (
     "unknown-chunk",
@@ -78,7 +78,6 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
     """
     topo = instance.topology
     coll = instance.collective
-    occupancy = instance.occupancy
     latency = instance.latency
     violations: list[Violation] = []
 
@@ -95,9 +94,7 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
                 full_at[(c, v)] = 0
 
     pending: dict[int, list[tuple[Send, int]]] = defaultdict(list)
-    link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
-    send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
-    recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    occupied = Occupancy(instance)
 
     def apply(slot: int, items: Iterable[tuple[Send, int]]) -> None:
         # Copies first, then reduces: see the module docstring.
@@ -172,36 +169,14 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
                     f"start of slot {t}", send.chunk, key, send.slot))
                 continue
             reads.append((send, payload, link))
-            for s in range(t, t + int(occupancy[link])):
-                link_load[(link, s)].append(send)
-                if instance.single_port:
-                    send_port[(send.src, s)].append(send)
-                    recv_port[(send.dst, s)].append(send)
+            occupied.add(send, link)
         # Every send of slot t reads its payload before any of them is marked as sent on.
         for send, payload, link in reads:
             forwarded[(send.src, send.chunk)] = True
             pending[t + int(latency[link])].append((send, payload))
     drain(None)
 
-    for (link, t), sends in sorted(link_load.items()):
-        cap = instance.omega(link, t)
-        if len(sends) > cap:
-            src, dst = topo.links[link].key
-            chunks = ", ".join(str(list(s.chunk)) for s in sends)
-            violations.append(Violation(
-                "capacity",
-                f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) but its "
-                f"capacity omega is {cap}", sends[-1].chunk, (src, dst), t))
-    for kind, table, role in (
-        ("single-port-send", send_port, "sends"),
-        ("single-port-receive", recv_port, "receives"),
-    ):
-        for (node, t), sends in sorted(table.items()):
-            if len(sends) > 1:
-                what = "; ".join(s.describe() for s in sends)
-                violations.append(Violation(
-                    kind, f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
-                    sends[-1].chunk, (sends[-1].src, sends[-1].dst), t))
+    violations.extend(occupied.violations())
 
     makespan = 0
     missing = False

@@ -99,6 +99,65 @@ class Report:
         }
 
 
+class Occupancy:
+    """Link and port occupancy of accepted sends, and the capacity rules over it.
+
+    Shared by both verifiers: capacity (7) over the occupancy window ``t .. t+l-1`` against
+    ``omega``, and the single-port option.
+    """
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
+        self.send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+        self.recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+
+    def add(self, send: Send, link: int) -> None:
+        """Record ``send`` on link index ``link`` for its ``l`` occupancy slots."""
+        for t in range(send.slot, send.slot + int(self.instance.occupancy[link])):
+            self.link_load[(link, t)].append(send)
+            if self.instance.single_port:
+                self.send_port[(send.src, t)].append(send)
+                self.recv_port[(send.dst, t)].append(send)
+
+    def violations(self) -> list[Violation]:
+        """Capacity and single-port violations, in link/node then slot order."""
+        out: list[Violation] = []
+        topo = self.instance.topology
+        for (link, t), sends in sorted(self.link_load.items()):
+            cap = self.instance.omega(link, t)
+            if len(sends) > cap:
+                src, dst = topo.links[link].key
+                chunks = ", ".join(str(list(s.chunk)) for s in sends)
+                out.append(
+                    Violation(
+                        "capacity",
+                        f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
+                        f"but its capacity omega is {cap}",
+                        sends[-1].chunk,
+                        (src, dst),
+                        t,
+                    )
+                )
+        for kind, table, role in (
+            ("single-port-send", self.send_port, "sends"),
+            ("single-port-receive", self.recv_port, "receives"),
+        ):
+            for (node, t), sends in sorted(table.items()):
+                if len(sends) > 1:
+                    what = "; ".join(s.describe() for s in sends)
+                    out.append(
+                        Violation(
+                            kind,
+                            f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
+                            sends[-1].chunk,
+                            (sends[-1].src, sends[-1].dst),
+                            t,
+                        )
+                    )
+        return out
+
+
 def verify(instance: Instance, schedule: Schedule) -> Report:
     """Check ``schedule`` against ``instance`` under the canonical slot semantics.
 
@@ -128,7 +187,6 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
     topo = instance.topology
     coll = instance.collective
     holders = coll.holders
-    occupancy = instance.occupancy
     latency = instance.latency
     violations: list[Violation] = []
 
@@ -137,9 +195,7 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
         for v in nodes:
             hold[(chunk, v)] = 0
 
-    link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
-    send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
-    recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+    occupied = Occupancy(instance)
 
     # Sends are chronological; every arrival is at least one slot after its send, so all
     # arrivals that a send in slot t may rely on are registered before slot t is processed.
@@ -197,43 +253,9 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             )
         else:
             hold[(send.chunk, send.dst)] = arrive
-        for t in range(send.slot, send.slot + int(occupancy[link])):
-            link_load[(link, t)].append(send)
-            if instance.single_port:
-                send_port[(send.src, t)].append(send)
-                recv_port[(send.dst, t)].append(send)
+        occupied.add(send, link)
 
-    for (link, t), sends in sorted(link_load.items()):
-        cap = instance.omega(link, t)
-        if len(sends) > cap:
-            src, dst = topo.links[link].key
-            chunks = ", ".join(str(list(s.chunk)) for s in sends)
-            violations.append(
-                Violation(
-                    "capacity",
-                    f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
-                    f"but its capacity omega is {cap}",
-                    sends[-1].chunk,
-                    (src, dst),
-                    t,
-                )
-            )
-    for kind, table, role in (
-        ("single-port-send", send_port, "sends"),
-        ("single-port-receive", recv_port, "receives"),
-    ):
-        for (node, t), sends in sorted(table.items()):
-            if len(sends) > 1:
-                what = "; ".join(s.describe() for s in sends)
-                violations.append(
-                    Violation(
-                        kind,
-                        f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
-                        sends[-1].chunk,
-                        (sends[-1].src, sends[-1].dst),
-                        t,
-                    )
-                )
+    violations.extend(occupied.violations())
 
     makespan = 0
     missing = False
