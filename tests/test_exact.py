@@ -15,7 +15,7 @@ from ccplan.errors import SolverUnavailableError, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import line, ring, star_switch
 from ccplan.methods import SolveOptions, get_engine
-from ccplan.model.exact import greedy_schedule, latency_lower_bound, solve_model_with
+from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import build_model, hint_from_schedule, schedule_from_model
 from ccplan.schedule.verify import verify
 
@@ -76,7 +76,7 @@ def test_cpsat_and_highs_agree_on_optimum(name: str) -> None:
         assert res.objective is not None
         results[backend] = res.objective
     assert results["cpsat"] == pytest.approx(results["highs"])
-    assert max(lower_bound_slots(inst), latency_lower_bound(inst)) <= results["cpsat"] <= upper
+    assert lower_bound_slots(inst) <= results["cpsat"] <= upper
 
 
 def test_hand_derived_optima() -> None:
@@ -143,7 +143,7 @@ def test_infeasible_horizon_reports_infeasible() -> None:
     above the lower bounds (so CP-SAT itself must prove it) and infeasible; horizon 1 is below
     the latency bound and is rejected without a solve."""
     inst = _line3(single_port=True)
-    assert max(lower_bound_slots(inst), latency_lower_bound(inst)) <= 3
+    assert lower_bound_slots(inst) <= 3
     quick = {"heuristic_time_limit": 0.5}
     out = get_engine("milp")(inst, SolveOptions(time_limit=30, horizon=3, extra=quick))
     assert out.status == "infeasible"

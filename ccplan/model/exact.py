@@ -5,8 +5,7 @@ Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an inc
 1. an upper bound: the makespan of a heuristic schedule (method
    ``extra["warm_start_method"]``, default ``"heuristic"``), or, when no heuristic is
    registered, of :func:`greedy_schedule` below; ``options.horizon`` overrides it;
-2. a lower bound: ``ccplan.bounds.lower_bound_slots`` and the latency bound of
-   :func:`latency_lower_bound`, whichever is larger;
+2. a lower bound: ``ccplan.bounds.lower_bound_slots`` (latency, ingress and cut bounds);
 3. the Pyomo model (``ccplan.model.milp.build_model``), optionally written out
    (``options.dump_model``);
 4. a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in one
@@ -217,24 +216,6 @@ def _shortest_latency(instance: Instance) -> dict[Any, tuple[dict[int, int], dic
                     heapq.heappush(heap, (nd, v))
         out[chunk] = (dist, parent)
     return out
-
-
-def latency_lower_bound(instance: Instance) -> int:
-    """Every demand needs at least its shortest latency path: ``max_demand dist_L(holders, v)``.
-
-    Raises
-    ------
-    ValidationError
-        A demanded node is unreachable from every holder of the chunk.
-    """
-    trees = _shortest_latency(instance)
-    best = 0
-    for chunk, node in instance.collective.demands:
-        dist = trees[chunk][0]
-        if node not in dist:
-            raise ValidationError(f"chunk {list(chunk)} cannot reach node {node}: no path in the topology")
-        best = max(best, dist[node])
-    return best
 
 
 def greedy_schedule(instance: Instance) -> Schedule:
@@ -587,12 +568,9 @@ def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | N
 
 
 def _lower_bound(instance: Instance) -> int:
-    bound = latency_lower_bound(instance)
-    try:
-        from ccplan.bounds import lower_bound_slots
-    except ImportError:
-        return bound
-    return max(bound, int(lower_bound_slots(instance)))
+    from ccplan.bounds import lower_bound_slots
+
+    return int(lower_bound_slots(instance))
 
 
 def _write_progress(path: Path, trajectory: list[tuple[float, float, float]]) -> None:
