@@ -116,6 +116,8 @@ def _write_json(path: Path, data: Any) -> None:
 def _fmt(value: Any, spec: str = ".4g") -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float) and math.isinf(value):
         return "inf"
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
