@@ -145,7 +145,8 @@ def test_dump_model_is_written_even_when_no_solve_is_needed(capsys, tmp_path):
     the model over H (the heuristic's makespan) must still be written, with the paper's
     objective and named constraints."""
     lp = tmp_path / "m.lp"
-    code, out, _ = run(capsys, "solve", "--topology", "dgx1", "--method", "milp", "--dump-model", str(lp), "--quiet")
+    argv = ["solve", "--topology", "dgx1", "--method", "milp", "--dump-model", str(lp), "--quiet"]
+    code, out, _ = run(capsys, *argv)
     assert code == 0, out
     text = lp.read_text()
     assert "obj_1" in text and "c6_buffer" in text and "c7_capacity" in text
