@@ -9,9 +9,12 @@ from ccplan.instances.topology import Topology
 
 
 def latency_distances(
-    topology: Topology, weights: Sequence[float], sources: Iterable[int]
+    topology: Topology, weights: Sequence[float], sources: Iterable[int], *, reverse: bool = False
 ) -> dict[int, float]:
     """Multi-source Dijkstra: node -> smallest sum of link ``weights`` from any source.
+
+    With ``reverse=True`` the links are followed backwards: node -> distance *to* the nearest
+    source.
 
     Parameters
     ----------
@@ -36,8 +39,8 @@ def latency_distances(
         d, x = heapq.heappop(heap)
         if d > dist[x]:
             continue
-        for j in topology.out_links[x]:
-            y = topology.links[j].dst
+        for j in (topology.in_links if reverse else topology.out_links)[x]:
+            y = topology.links[j].src if reverse else topology.links[j].dst
             nd = d + weights[j]
             if nd < dist.get(y, float("inf")):
                 dist[y] = nd

@@ -42,6 +42,7 @@ from pyomo.core.base.var import VarData
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.instances.paths import latency_distances
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -196,21 +197,8 @@ def _earliest_from(instance: Instance, sources: Iterable[int], horizon: int) -> 
 def _distance_to(instance: Instance, targets: Iterable[int]) -> dict[int, int]:
     """Shortest ``L``-path length from every node to the nearest of ``targets`` (no outages:
     a valid underestimate, so the latest-time pruning built on it stays exact)."""
-    topo = instance.topology
-    lat = instance.latency
-    dist: dict[int, int] = {}
-    heap = [(0, v) for v in sorted(set(targets))]
-    heapq.heapify(heap)
-    while heap:
-        d, w = heapq.heappop(heap)
-        if w in dist:
-            continue
-        dist[w] = d
-        for e in topo.in_links[w]:
-            u = topo.links[e].src
-            if u not in dist:
-                heapq.heappush(heap, (d + int(lat[e]), u))
-    return dist
+    dist = latency_distances(instance.topology, instance.latency.tolist(), targets, reverse=True)
+    return {v: int(d) for v, d in dist.items()}
 
 
 @dataclass
