@@ -105,6 +105,10 @@ def _cpsat_backend(
 ) -> BackendResult:
     from ccplan.model.cpsat import CpSatOptions, compile_model, solve_compiled
 
+    compiled = compile_model(model)
+    if time_limit is not None:
+        # The translation is part of the caller's budget: CP-SAT gets what is left of it.
+        time_limit = max(time_limit - compiled.seconds, 0.05)
     opts = CpSatOptions(
         time_limit=time_limit,
         workers=workers,
@@ -113,7 +117,6 @@ def _cpsat_backend(
         log_path=log_path,
         progress_callback=progress_callback,
     )
-    compiled = compile_model(model)
     out = solve_compiled(compiled, opts, hint, stop_after_first_solution=stop_after_first_solution)
     return BackendResult(
         backend="cpsat",
