@@ -655,6 +655,10 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
     if run.warm is not None:
         run.warm_makespan = verify(instance, run.warm).makespan_slots
         run.offer(run.warm, run.warm_method)
+    report_progress = _progress(run, 0.0)
+    if report_progress is not None:
+        # The warm start can take seconds; say what it found before the first model is built.
+        report_progress(time.perf_counter() - start, None, None, None)
     horizon = options.horizon if options.horizon is not None else run.warm_makespan
     assert horizon is not None
     if options.horizon is not None and run.warm_makespan is not None:
