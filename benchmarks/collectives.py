@@ -14,7 +14,6 @@ weak (bounds.py, "Combining collectives"). Combining collectives go through
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 import time
@@ -33,10 +32,6 @@ from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import Topology
 from ccplan.methods import SolveOptions, get_engine
 from ccplan.schedule.verify import verify
-
-# Until the lead declares them in ccplan.methods, importing registers the baselines.
-importlib.import_module("ccplan.heuristics.baselines")
-importlib.import_module("ccplan.heuristics.multitree")
 
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "dgx1": builtin.dgx1,

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import types
 from pathlib import Path
 
 import pytest
@@ -27,14 +26,6 @@ from ccplan.errors import ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
-
-try:  # the pipeline attaches ccplan.bounds.lower_bound_slots; another helper writes that module
-    import ccplan.bounds  # noqa: F401
-except ImportError:  # pragma: no cover - only until ccplan/bounds.py lands
-    _stub = types.ModuleType("ccplan.bounds")
-    _stub.lower_bound_slots = lambda instance: 0  # type: ignore[attr-defined]
-    sys.modules["ccplan.bounds"] = _stub
-
 from ccplan.sweep import (
     COLUMNS,
     TIMING_COLUMNS,

@@ -25,8 +25,9 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   sum of it (a copy of the finished sum must not be folded into a partial one). The default
   (``"best"``) keeps the shorter of the two verified schedules.
 
-Routing (for the lead): :func:`solve_combining` is the engine-shaped entry point; methods in
-:data:`NATIVE_COMBINING` build combining schedules themselves and should be called directly.
+Routing: :func:`ccplan.methods.solve` sends a combining instance here (:func:`solve_combining`)
+unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
+themselves.
 """
 
 from __future__ import annotations
