@@ -879,14 +879,9 @@ def _fold(n: int) -> tuple[int, dict[int, int]]:
     return core, {e: e - core for e in range(core, n)}
 
 
-def _rd_allgather(p: Placer, gpus: Sequence[int], have: dict[int, set[Chunk]]) -> None:
-    """Recursive doubling over the core ranks with folding of the extra ranks."""
-    n = len(gpus)
-    core, partner = _fold(n)
-    for e, q in partner.items():
-        for c in sorted(have[e]):
-            p.copy(c, gpus[e], gpus[q])
-        have[q] |= have[e]
+def _rd_exchange(p: Placer, gpus: Sequence[int], have: dict[int, set[Chunk]], core: int) -> None:
+    """Recursive doubling among core ranks ``0..core-1``: at mask ``2^k`` rank ``q`` sends its
+    peer ``q ^ 2^k`` every chunk the peer lacks; ``have`` is updated in place."""
     mask = 1
     while mask < core:
         new = {q: set(have[q]) for q in range(core)}
@@ -895,9 +890,19 @@ def _rd_allgather(p: Placer, gpus: Sequence[int], have: dict[int, set[Chunk]]) -
             for c in sorted(have[q] - have[peer]):
                 p.copy(c, gpus[q], gpus[peer])
             new[peer] |= have[q]
-        for q in range(core):
-            have[q] = new[q]
+        have.update(new)
         mask <<= 1
+
+
+def _rd_allgather(p: Placer, gpus: Sequence[int], have: dict[int, set[Chunk]]) -> None:
+    """Recursive doubling over the core ranks with folding of the extra ranks."""
+    n = len(gpus)
+    core, partner = _fold(n)
+    for e, q in partner.items():
+        for c in sorted(have[e]):
+            p.copy(c, gpus[e], gpus[q])
+        have[q] |= have[e]
+    _rd_exchange(p, gpus, have, core)
     for e, q in partner.items():
         for c in sorted(have[q] - have[e]):
             p.copy(c, gpus[q], gpus[e])
@@ -1019,17 +1024,7 @@ def recursive_halving_doubling_schedule(instance: Instance, options: SolveOption
 def _rd_core_then_unfold(
     p: Placer, gpus: Sequence[int], have: dict[int, set[Chunk]], partner: Mapping[int, int]
 ) -> None:
-    core = len(have)
-    mask = 1
-    while mask < core:
-        new = {q: set(have[q]) for q in range(core)}
-        for q in range(core):
-            peer = q ^ mask
-            for c in sorted(have[q] - have[peer]):
-                p.copy(c, gpus[q], gpus[peer])
-            new[peer] |= have[q]
-        have.update(new)
-        mask <<= 1
+    _rd_exchange(p, gpus, have, len(have))
     for e, q in partner.items():
         for c in sorted(have[q]):
             p.copy(c, gpus[q], gpus[e])
