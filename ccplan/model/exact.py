@@ -496,12 +496,9 @@ def _descending(run: _Run, horizon: int) -> None:
     """
     h = _next_below(run, horizon)
     while h >= run.global_bound:
-        remaining = run.remaining()
-        if remaining is not None and remaining <= 0.05:
+        res = _ask(run, h)
+        if res is None:
             return
-        model = _build(run, h)
-        res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
-        _bound_from(run, res, h)
         if not res.has_solution:
             return
         if run.incumbent_makespan is None or run.incumbent_makespan > h:
@@ -510,18 +507,27 @@ def _descending(run: _Run, horizon: int) -> None:
         h = _next_below(run, h)
 
 
+def _ask(run: _Run, h: int) -> BackendResult | None:
+    """One feasibility question "D <= h?" (model for horizon h, bound raised on "no");
+    None when the time limit leaves no room to ask it."""
+    remaining = run.remaining()
+    if remaining is not None and remaining <= 0.05:
+        return None
+    model = _build(run, h)
+    res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
+    _bound_from(run, res, h)
+    return res
+
+
 def _ascending(run: _Run, horizon: int) -> None:
     """Feasibility questions "D <= h?" for h = lower bound, +1, ...: the first yes is optimal."""
     h = run.global_bound
     while run.incumbent_makespan is None or h < run.incumbent_makespan:
         if h > horizon:
             return
-        remaining = run.remaining()
-        if remaining is not None and remaining <= 0.05:
+        res = _ask(run, h)
+        if res is None:
             return
-        model = _build(run, h)
-        res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
-        _bound_from(run, res, h)
         if res.status != "infeasible":
             return  # a schedule with makespan <= h (optimal, as h is a bound) or a time out
         h += 1
