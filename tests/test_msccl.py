@@ -287,18 +287,25 @@ def _verify_combining(inst: Instance, schedule: Schedule) -> None:
     assert report.ok, report.violations[:3]
 
 
-def test_allreduce_exchange_needs_nops() -> None:
-    """All-exchange AllReduce on K4, in place: every GPU sends its contribution o[0] to the three
-    others (three send thread blocks) and reduces the three it receives into o[0]. The first
-    receive-reduce overwrites o[0] after three reads in three other thread blocks: one depid
-    and two nops; the next two wait for the previous reduction only. So 2 nops per GPU, 8 in
-    all, and the simulation must find all 4 contributions summed once everywhere."""
+def _k4_all_exchange() -> tuple[Instance, Schedule]:
+    """AllReduce of one chunk on the complete graph K4: every GPU reduce-sends its
+    contribution to the three others in slot 0."""
     n = 4
     topo = make_topology("k4", range(n), [(a, b, 50.0, 0.0) for a in range(n) for b in range(a + 1, n)])
     g = tuple(range(n))
     coll = Collective("allreduce", 1, (((0, 0), g),), (((0, 0), g),), pieces=1, combining=True)
     inst = make_instance(topo, coll, "1MB")
     schedule = Schedule(tuple(Send(0, (0, 0), u, v, reduce=True) for u in g for v in g if u != v))
+    return inst, schedule
+
+
+def test_allreduce_exchange_needs_nops() -> None:
+    """All-exchange AllReduce on K4, in place: every GPU sends its contribution o[0] to the three
+    others (three send thread blocks) and reduces the three it receives into o[0]. The first
+    receive-reduce overwrites o[0] after three reads in three other thread blocks: one depid
+    and two nops; the next two wait for the previous reduction only. So 2 nops per GPU, 8 in
+    all, and the simulation must find all 4 contributions summed once everywhere."""
+    inst, schedule = _k4_all_exchange()
     _verify_combining(inst, schedule)
     text = to_msccl_xml(inst, schedule)
     report = validate_xml(text, expect=inst)
@@ -316,12 +323,7 @@ def test_dropping_a_dependency_is_a_race() -> None:
     o[0]) carries depid = the thread block that sends o[0] to GPU 3. Without it, that read and
     the write are unordered: nothing else links the two thread blocks (GPU 3's send to GPU 0
     does not wait for anything), so the validator must report a race on o[0] of GPU 0."""
-    n = 4
-    topo = make_topology("k4", range(n), [(a, b, 50.0, 0.0) for a in range(n) for b in range(a + 1, n)])
-    g = tuple(range(n))
-    coll = Collective("allreduce", 1, (((0, 0), g),), (((0, 0), g),), pieces=1, combining=True)
-    inst = make_instance(topo, coll, "1MB")
-    schedule = Schedule(tuple(Send(0, (0, 0), u, v, reduce=True) for u in g for v in g if u != v))
+    inst, schedule = _k4_all_exchange()
     root = ET.fromstring(to_msccl_xml(inst, schedule))
     gpu0 = root.find("gpu")
     assert gpu0 is not None
