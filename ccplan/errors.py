@@ -20,3 +20,20 @@ class ValidationError(CCPlanError, ValueError):
 
 class SolverUnavailableError(CCPlanError):
     """A requested solver backend is not installed; the message names the package."""
+
+
+class SolveInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) arrived during a solve.
+
+    Contract between the engines, :func:`ccplan.methods.solve` and the CLI: an engine that is
+    interrupted returns its best schedule so far in an ``Outcome`` whose ``details`` carry
+    ``"interrupted": True``; ``solve()`` verifies that schedule as usual and raises this
+    exception with the verified ``Result`` (or ``None`` when there was no schedule yet). The CLI
+    writes what it carries, prints one line saying what was saved, and exits with code 130.
+    Subclassing ``KeyboardInterrupt`` keeps every code path that knows nothing of this contract
+    behaving as a plain Ctrl-C.
+    """
+
+    def __init__(self, message: str, result: object | None = None) -> None:
+        super().__init__(message)
+        self.result = result
