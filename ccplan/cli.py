@@ -445,6 +445,7 @@ def _csv_list(text: str, option: str) -> tuple[str, ...]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ccplan.errors import SolveInterrupted
     from ccplan.plan import PlanRequest, run_plan
 
     request = PlanRequest(
@@ -464,14 +465,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
             status = row.get("status")
             print(f"  {row['key']}: {status} {_fmt(row.get('makespan_us'))} us", file=sys.stderr, flush=True)
 
-    result = run_plan(
-        request,
-        args.out,
-        dask_address=args.dask,
-        processes=args.processes,
-        plots=not args.no_plots,
-        on_row=show,
-    )
+    try:
+        result = run_plan(
+            request,
+            args.out,
+            dask_address=args.dask,
+            processes=args.processes,
+            plots=not args.no_plots,
+            on_row=show,
+        )
+    except SolveInterrupted as exc:
+        # The finished cells' report is on disk; say where, exit like any Ctrl-C.
+        print(f"ccplan: {exc}", file=sys.stderr)
+        return 130
     print(f"{'collective':<14} {'size':>8} {'method':<10} {'time us':>10} {'bound us':>10} {'gap':>6}  xml")
     for b in result.best:
         if "method" not in b:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccplan.errors import CCPlanError, ValidationError
+from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
 from ccplan.instances.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     Never raises: a failure goes to ``row["error"]`` so that one bad cell does not lose the
     others.
     """
+    from ccplan.errors import SolveInterrupted
     from ccplan.instances import make_collective, make_instance
     from ccplan.methods import SolveOptions, solve
 
@@ -172,29 +173,43 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
             alpha_threshold=payload["alpha_threshold"],
         )
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
-        result = solve(instance, payload["method"], options)
-        data = result.to_dict(instance)
-        for k in (
-            "status",
-            "makespan_slots",
-            "lower_bound_slots",
-            "gap",
-            "tau_us",
-            "makespan_us",
-            "algbw_GBps",
-            "verified",
-            "solve_seconds",
-        ):
-            row[k] = data[k]
-        row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
-        row["size_bytes"] = instance.size_bytes
-        if result.schedule is not None and result.verified:
-            row["schedule"] = result.schedule.to_dict(instance)
+        try:
+            result = solve(instance, payload["method"], options)
+        except SolveInterrupted as exc:
+            # Ctrl-C contract (ccplan/errors.py): keep the verified best-so-far, tell the caller to stop.
+            row["interrupted"] = True
+            row["status"] = "interrupted"
+            if exc.result is not None:
+                _fill(row, exc.result, instance)
+            return row
+        _fill(row, result, instance)
+        if result.details.get("interrupted"):
+            row["interrupted"] = True
     except Exception as exc:  # reported in the table, the other cells go on
         row["status"] = "error"
         row["error"] = f"{type(exc).__name__}: {exc}"
         log.debug("plan cell %s failed", payload.get("key"), exc_info=True)
     return row
+
+
+def _fill(row: dict[str, Any], result: Any, instance: Any) -> None:
+    data = result.to_dict(instance)
+    for k in (
+        "status",
+        "makespan_slots",
+        "lower_bound_slots",
+        "gap",
+        "tau_us",
+        "makespan_us",
+        "algbw_GBps",
+        "verified",
+        "solve_seconds",
+    ):
+        row[k] = data[k]
+    row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
+    row["size_bytes"] = instance.size_bytes
+    if result.schedule is not None and result.verified:
+        row["schedule"] = result.schedule.to_dict(instance)
 
 
 def _payloads(request: PlanRequest) -> list[dict[str, Any]]:
@@ -354,10 +369,18 @@ def run_plan(
         raise ValidationError(f"cannot create plan directory {str(out)!r}: {exc.strerror or exc}") from None
     payloads = _payloads(request)
     rows: list[dict[str, Any]] = []
-    for row in _execute(payloads, dask_address, processes):
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    interrupted = False
+    try:
+        for row in _execute(payloads, dask_address, processes):
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            if row.get("interrupted"):
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        # Ctrl-C between cells (or in the parent of worker processes): report what finished.
+        interrupted = True
     order = {p["key"]: i for i, p in enumerate(payloads)}
     rows.sort(key=lambda r: order[r["key"]])
     n = len(request.topology.gpus)
@@ -369,6 +392,8 @@ def run_plan(
     for coll in request.collectives:
         for size in request.sizes:
             cell = [r for r in rows if r["collective"] == coll and r["size"] == size]
+            if not cell:
+                continue
             verified = [r for r in cell if r["role"] == "candidate" and r.get("schedule") is not None]
             entry: dict[str, Any] = {"collective": coll, "size": size}
             if not verified:
@@ -422,7 +447,10 @@ def run_plan(
     public_best = [{k: v for k, v in b.items() if not k.startswith("_")} for b in best_rows]
     public_rows = [{k: v for k, v in r.items() if k != "schedule"} for r in rows]
     report = out / "report.md"
-    _write_text(report, _markdown(request, public_rows, public_best, images, plot_note))
+    note = None
+    if interrupted:
+        note = f"Interrupted: {len(rows)} of {len(payloads)} cells finished; the others are missing."
+    _write_text(report, _markdown(request, public_rows, public_best, images, plot_note, note))
     _write_text(
         out / "plan.json",
         json.dumps(
@@ -446,7 +474,12 @@ def run_plan(
         )
         + "\n",
     )
-    return PlanResult(out_dir=out, report=report, rows=tuple(public_rows), best=tuple(public_best))
+    result = PlanResult(out_dir=out, report=report, rows=tuple(public_rows), best=tuple(public_best))
+    if interrupted:
+        raise SolveInterrupted(
+            f"plan interrupted after {len(rows)} of {len(payloads)} cells; their report -> {report}", result
+        )
+    return result
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -525,6 +558,7 @@ def _markdown(
     best: Sequence[Mapping[str, Any]],
     images: Mapping[str, list[str]],
     plot_note: str | None,
+    note: str | None = None,
 ) -> str:
     topo = request.topology
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -539,6 +573,7 @@ def _markdown(
         "Every schedule below passed the independent verifier; every XML file passed `validate-xml` "
         "against its instance. Gap = (makespan - lower bound) / makespan, in slots.",
         "",
+        *([f"**{note}**", ""] if note else []),
         "## Best schedule per collective and size",
         "",
         "| collective | size | method | status | time (us) | bound (us) | gap | algbw (GB/s) | busbw (GB/s) "

@@ -143,3 +143,70 @@ def test_quickstart_three_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert main([*shlex.split(commands[2])[1:], *fast]) == 0
     plan = _check_plan_dir(tmp_path / "plan", expected_cells=2)
     assert {b["collective"] for b in plan["best"]} == {"allgather", "allreduce"}
+
+
+def test_alltoall_falls_back_to_out_of_place(tmp_path: Path) -> None:
+    """The exporter refuses in-place AllToAll (it would need scratch shuffles), so the plan
+    keeps the next option set, out-of-place, and says why the first one failed."""
+    req = PlanRequest(
+        resolve_topology("ring", n=4), ("alltoall",), ("1MB",), methods=("heuristic",), baselines=()
+    )
+    res = run_plan(req, tmp_path / "a", plots=False)
+    (best,) = res.best
+    assert best["xml_options"] == {"dialect": "executor", "inplace": False, "channels": 1}
+    assert "in-place alltoall" in best["xml_failures"][0]
+    _check_plan_dir(tmp_path / "a", expected_cells=1)
+
+
+def _interrupting_engine(instance, options):  # type: ignore[no-untyped-def]
+    """The ring schedule, reported as the best-so-far of an engine stopped by Ctrl-C."""
+    from ccplan.methods import Outcome, get_engine
+
+    out = get_engine("ring")(instance, options)
+    return Outcome(out.schedule, "feasible", details={"interrupted": True})
+
+
+def test_interrupted_cell_stops_the_plan_and_keeps_finished_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cells run in order heuristic@64KB, stopper@64KB, heuristic@1MB, stopper@1MB; the
+    second reports an interruption, so the plan stops after 2 of 4 cells, still writes the
+    64KB XML and report, and the CLI exits 130 naming the report."""
+    from ccplan import methods
+    from ccplan.errors import SolveInterrupted
+
+    monkeypatch.setitem(methods._ENGINES, "stopper", _interrupting_engine)
+    req = PlanRequest(
+        resolve_topology("ring", n=4),
+        ("allgather",),
+        ("64KB", "1MB"),
+        methods=("heuristic", "stopper"),
+        baselines=(),
+    )
+    with pytest.raises(SolveInterrupted) as info:
+        run_plan(req, tmp_path / "i", plots=False)
+    res = info.value.result
+    assert len(res.rows) == 2 and [b["size"] for b in res.best] == ["64KB"]
+    assert res.xml_files[0].is_file()
+    assert "Interrupted: 2 of 4 cells" in res.report.read_text()
+    rc = main(
+        [
+            "plan", "--topology", "ring", "--topo-arg", "n=4", "--collectives", "allgather",
+            "--sizes", "64KB,1MB", "--methods", "heuristic,stopper", "--baselines", "",
+            "--no-plots", "--quiet", "--out", str(tmp_path / "c"),
+        ]
+    )  # fmt: skip
+    assert rc == 130
+    assert "plan interrupted after 2 of 4 cells" in capsys.readouterr().err
+
+
+def test_ctrl_c_between_cells(tmp_path: Path) -> None:
+    from ccplan.errors import SolveInterrupted
+
+    def stop(row: object) -> None:
+        raise KeyboardInterrupt
+
+    req = PlanRequest(resolve_topology("ring", n=4), ("allgather",), ("1MB",), methods=("heuristic",))
+    with pytest.raises(SolveInterrupted, match="after 1 of 2 cells"):
+        run_plan(req, tmp_path / "k", plots=False, on_row=stop)
+    assert (tmp_path / "k" / "xml" / "allgather_1MB.xml").is_file()
