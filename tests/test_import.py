@@ -180,3 +180,15 @@ def test_unreadable_and_unknown_format(tmp_path: Path) -> None:
         import_topology(tmp_path / "missing.txt")
     with pytest.raises(ValidationError, match="format 'lspci'"):
         import_topology(DATA / "nvsmi_dgx1_v100.txt", "lspci")
+
+
+def test_nic_speed_from_nccl_dump() -> None:
+    """The dump's four NICs run at speed="200000" Mb/s = 25 GB/s; an unset --nic-bw takes
+    it, an explicit one wins."""
+    topo = import_topology(DATA / "nccl_topo_dgx_a100.xml", network=Network(nodes=2, nics_per_node=8))
+    assert sorted(set(topo.bandwidth.tolist())) == [25.0, 300.0]
+    assert "NIC bandwidth 25 GB/s from the file" in topo.description
+    given = import_topology(
+        DATA / "nccl_topo_dgx_a100.xml", network=Network(nodes=2, nics_per_node=8, bandwidth_GBps=50.0)
+    )
+    assert sorted(set(given.bandwidth.tolist())) == [50.0, 300.0]

@@ -210,3 +210,15 @@ def test_ctrl_c_between_cells(tmp_path: Path) -> None:
     with pytest.raises(SolveInterrupted, match="after 1 of 2 cells"):
         run_plan(req, tmp_path / "k", plots=False, on_row=stop)
     assert (tmp_path / "k" / "xml" / "allgather_1MB.xml").is_file()
+
+
+def test_plan_on_imported_cluster(tmp_path: Path) -> None:
+    """Two DGX-1 joined by 4 NICs each on one switch: a NIC serves two GPUs, so chunks relay
+    GPU -> NIC -> switch -> NIC -> GPU; the XML collapses the relays and still validates."""
+    from ccplan.instances.importers import Network, import_topology
+
+    topo = import_topology(DATA / "nvsmi_dgx1_v100.txt", network=Network(nodes=2, nics_per_node=4))
+    assert len(topo.gpus) == 16 and len(topo.switches) == 2 * 4 + 1
+    req = PlanRequest(topo, ("allgather",), ("1MB",), methods=("heuristic",), baselines=(), time_limit=3)
+    run_plan(req, tmp_path / "c", plots=False)
+    _check_plan_dir(tmp_path / "c", expected_cells=1)

@@ -13,6 +13,7 @@ Malformed input raises :class:`~ccplan.errors.ValidationError` whose message sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from ccplan.errors import ValidationError
@@ -111,7 +112,9 @@ def import_topology(
     nvswitch : {"auto", "yes", "no"}
         nvidia-smi only: whether NV# counts go through an NVSwitch.
     network : Network, optional
-        Join ``network.nodes`` copies (NIC count, speed and fabric as declared there).
+        Join ``network.nodes`` copies (NIC count and fabric as declared there). A NIC
+        bandwidth left unset takes the slowest NIC speed the file shows (NCCL dumps carry
+        ``<net speed>``), else the ``NET`` class default.
     name : str, optional
         Topology name (default: derived from the file).
     """
@@ -119,6 +122,13 @@ def import_topology(
     machine = read_machine(path, fmt, nvswitch)
     topo = machine.to_topology(d, pcie=pcie)
     if network is not None and network.nodes > 1:
+        speeds = [gbps for _, gbps in machine.nics if gbps is not None]
+        if network.bandwidth_GBps is None and speeds:
+            # The slowest NIC the dump shows bounds what any rank can rely on.
+            network = replace(network, bandwidth_GBps=min(speeds))
+            topo = replace(
+                topo, description=f"{topo.description}; NIC bandwidth {min(speeds):g} GB/s from the file"
+            )
         topo = join_machines(topo, network, d)
     final_name = name or topo.name
     return Topology(name=final_name, nodes=topo.nodes, links=topo.links, description=topo.description)

@@ -302,7 +302,8 @@ def join_machines(machine: Topology, network: Network, defaults: ClassDefaults |
         f"{network.fabric} fabric"
     )
     nodes.sort(key=lambda n: n.id)
-    return Topology(name=name, nodes=tuple(nodes), links=tuple(links), description=desc)
+    full = f"{machine.description}; {desc}" if machine.description else desc
+    return Topology(name=name, nodes=tuple(nodes), links=tuple(links), description=full)
 
 
 def ranks_in_order(seq: Sequence[int]) -> dict[int, int]:
