@@ -192,3 +192,12 @@ def test_nic_speed_from_nccl_dump() -> None:
         DATA / "nccl_topo_dgx_a100.xml", network=Network(nodes=2, nics_per_node=8, bandwidth_GBps=50.0)
     )
     assert sorted(set(given.bandwidth.tolist())) == [50.0, 300.0]
+
+
+def test_nvidia_smi_header_without_indent_and_with_colour(tmp_path: Path) -> None:
+    """Copy-pasted output often loses the header's leading tab, and a terminal adds ANSI
+    codes; both must import to the same topology as the file itself."""
+    text = (DATA / "nvsmi_dgx1_v100.txt").read_text()
+    pasted = tmp_path / "pasted.txt"
+    pasted.write_text("\x1b[4m" + text.lstrip("\t").replace("\n", "\x1b[0m\n", 1))
+    assert _links(import_topology(pasted)) == _links(import_topology(DATA / "nvsmi_dgx1_v100.txt"))

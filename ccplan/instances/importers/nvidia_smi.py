@@ -61,7 +61,13 @@ def parse_nvidia_smi(text: str, source: str = "<input>", nvswitch: str = "auto")
     columns: list[str] = []
     for i, line in enumerate(lines):
         tokens = line.split()
-        if tokens and _GPU.match(tokens[0]) and line[:1].isspace():
+        # The header's first cell is empty, but copy-paste often strips that indent; a GPU row
+        # has "X" (or a class) where the header has the next device name.
+        if (
+            tokens
+            and _GPU.match(tokens[0])
+            and (line[:1].isspace() or (len(tokens) > 1 and _GPU.match(tokens[1])))
+        ):
             header_at = i
             for tok in tokens:
                 if tok in _STOP_COLUMNS:
