@@ -201,3 +201,15 @@ def test_nvidia_smi_header_without_indent_and_with_colour(tmp_path: Path) -> Non
     pasted = tmp_path / "pasted.txt"
     pasted.write_text("\x1b[4m" + text.lstrip("\t").replace("\n", "\x1b[0m\n", 1))
     assert _links(import_topology(pasted)) == _links(import_topology(DATA / "nvsmi_dgx1_v100.txt"))
+
+
+def test_network_rejects_bad_values(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="fabric"):
+        Network(nodes=2, fabric="torus")
+    with pytest.raises(ValidationError, match="nic bandwidth"):
+        Network(nodes=2, bandwidth_GBps=float("nan"))
+    with pytest.raises(ValidationError, match="exceeds the 8 GPUs"):
+        import_topology(DATA / "nvsmi_dgx1_v100.txt", network=Network(nodes=2, nics_per_node=9))
+    out = tmp_path / "t.json"
+    rc = main(["import-topology", str(DATA / "nvsmi_dgx1_v100.txt"), "--nodes", "0", "--out", str(out)])
+    assert rc == 2 and "nodes must be a positive integer" in capsys.readouterr().err and not out.exists()

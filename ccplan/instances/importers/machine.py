@@ -10,8 +10,10 @@ topology over several nodes joined by a declared network (:class:`Network`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ccplan.errors import ValidationError
 from ccplan.instances.importers.classes import LINK_CLASSES, PCIE_LEVELS, ClassDefaults
@@ -83,6 +85,18 @@ class Machine:
     def __post_init__(self) -> None:
         if self.gpus < 1:
             raise ValidationError(f"machine {self.name!r}: no GPU found")
+        for c in self.cables:
+            if not (0 <= c.a < self.gpus and 0 <= c.b < self.gpus) or c.a == c.b:
+                raise ValidationError(
+                    f"machine {self.name!r}: cable {c.a}-{c.b} does not join two of its GPUs"
+                )
+        for g, count in self.nvswitch_ports.items():
+            if not 0 <= g < self.gpus or count < 1:
+                raise ValidationError(f"machine {self.name!r}: NVSwitch port of GPU {g} with {count} links")
+        for e in self.hub_edges:
+            if not 0 <= e.parent < self.hubs:
+                raise ValidationError(f"machine {self.name!r}: PCIe edge to unknown hub {e.parent}")
+        object.__setattr__(self, "nvswitch_ports", MappingProxyType(dict(self.nvswitch_ports)))
 
     def _fast_graph_connected(self) -> bool:
         parent = list(range(self.gpus))
@@ -236,10 +250,14 @@ class Network:
             raise ValidationError(f"nics_per_node must be a positive integer, got {self.nics_per_node!r}")
         if self.fabric not in FABRICS:
             raise ValidationError(f"fabric must be one of {FABRICS}, got {self.fabric!r}")
-        if self.bandwidth_GBps is not None and not self.bandwidth_GBps > 0:
-            raise ValidationError(f"nic bandwidth must be positive, got {self.bandwidth_GBps!r}")
-        if self.alpha_us is not None and not self.alpha_us >= 0:
-            raise ValidationError(f"nic alpha must be non-negative, got {self.alpha_us!r}")
+        if self.bandwidth_GBps is not None and not (
+            math.isfinite(self.bandwidth_GBps) and self.bandwidth_GBps > 0
+        ):
+            raise ValidationError(
+                f"nic bandwidth must be a positive finite number, got {self.bandwidth_GBps!r}"
+            )
+        if self.alpha_us is not None and not (math.isfinite(self.alpha_us) and self.alpha_us >= 0):
+            raise ValidationError(f"nic alpha must be a non-negative finite number, got {self.alpha_us!r}")
 
 
 def join_machines(machine: Topology, network: Network, defaults: ClassDefaults | None = None) -> Topology:
