@@ -625,7 +625,7 @@ def _add_import_topology(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("several machines")
     g.add_argument("--nodes", type=int, default=1, help="copies of the machine (default 1)")
     g.add_argument("--nics-per-node", type=int, default=1, help="NICs per machine (default 1)")
-    g.add_argument("--nic-bw", type=float, help="GB/s per NIC (default: class NET)")
+    g.add_argument("--nic-bw", type=float, help="GB/s per NIC (default: file, else class NET)")
     g.add_argument("--nic-alpha", type=float, help="alpha per NIC hop in us (default: class NET)")
     g.add_argument("--fabric", default="switch", choices=FABRICS, help="one switch or one switch per rail")
 
