@@ -385,6 +385,113 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _class_defaults(args: argparse.Namespace) -> Any:
+    from ccplan.instances.importers import ClassDefaults, load_overrides, parse_assignments
+
+    base = load_overrides(args.class_file) if args.class_file else ClassDefaults()
+    return base.with_overrides(
+        parse_assignments(args.class_bw or [], "--class-bw"),
+        parse_assignments(args.class_alpha or [], "--class-alpha"),
+    )
+
+
+def _network(args: argparse.Namespace) -> Any:
+    from ccplan.instances.importers import Network
+
+    return Network(
+        nodes=args.nodes,
+        nics_per_node=args.nics_per_node,
+        bandwidth_GBps=args.nic_bw,
+        alpha_us=args.nic_alpha,
+        fabric=args.fabric,
+    )
+
+
+def cmd_import_topology(args: argparse.Namespace) -> int:
+    from ccplan.instances.importers import import_topology
+
+    defaults = _class_defaults(args)
+    if args.show_defaults:
+        print(json.dumps(defaults.to_dict(), indent=1))
+        return EXIT_OK
+    if not args.file or not args.out:
+        raise ValidationError("import-topology needs FILE and --out (or --show-defaults)")
+    out = Path(args.out)
+    _check_writable(out)
+    topo = import_topology(
+        args.file,
+        args.format,
+        defaults=defaults,
+        pcie=args.pcie,
+        nvswitch=args.nvswitch,
+        network=_network(args),
+        name=args.name,
+    )
+    _write_json(out, topo.to_dict())
+    bws = sorted(set(topo.bandwidth.tolist()))
+    print(f"{topo.name}: {len(topo.gpus)} GPUs, {len(topo.switches)} switches, {topo.num_links} links")
+    print(f"bandwidths (GB/s): {', '.join(f'{b:g}' for b in bws)}")
+    for note in filter(None, topo.description.split("; ")):
+        print(f"note: {note}")
+    print(f"wrote {out}")
+    return EXIT_OK
+
+
+def _csv_list(text: str, option: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not items and option != "--baselines":
+        raise ValidationError(f"{option} must be a comma-separated list, got {text!r}")
+    return items
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ccplan.errors import SolveInterrupted
+    from ccplan.plan import PlanRequest, run_plan
+
+    request = PlanRequest(
+        topology=_topology(args),
+        collectives=_csv_list(args.collectives, "--collectives"),
+        sizes=_csv_list(args.sizes, "--sizes"),
+        methods=_csv_list(args.methods, "--methods"),
+        baselines=_csv_list(args.baselines, "--baselines"),
+        chunks=args.chunks,
+        time_limit=args.time_limit,
+        workers=args.workers,
+        root=args.root,
+    )
+
+    def show(row: Any) -> None:
+        if not args.quiet:
+            status = row.get("status")
+            print(f"  {row['key']}: {status} {_fmt(row.get('makespan_us'))} us", file=sys.stderr, flush=True)
+
+    try:
+        result = run_plan(
+            request,
+            args.out,
+            dask_address=args.dask,
+            processes=args.processes,
+            plots=not args.no_plots,
+            on_row=show,
+        )
+    except SolveInterrupted as exc:
+        # The finished cells' report is on disk; say where, exit like any Ctrl-C.
+        print(f"ccplan: {exc}", file=sys.stderr)
+        return 130
+    print(f"{'collective':<14} {'size':>8} {'method':<10} {'time us':>10} {'bound us':>10} {'gap':>6}  xml")
+    for b in result.best:
+        if "method" not in b:
+            print(f"{b['collective']:<14} {b['size']:>8} {'-':<10} {b.get('error', '')}")
+            continue
+        xml = str(Path(args.out) / b["xml"]) if b["xml"] else "not exportable (see report)"
+        print(
+            f"{b['collective']:<14} {b['size']:>8} {b['method']:<10} {_fmt(b['makespan_us']):>10} "
+            f"{_fmt(b['lower_bound_us']):>10} {_fmt(b['gap'], '.1%'):>6}  {xml}"
+        )
+    print(f"report -> {result.report}")
+    return EXIT_OK
+
+
 def cmd_methods(args: argparse.Namespace) -> int:
     from ccplan.methods import method_names
 
@@ -500,6 +607,54 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_import_topology(p: argparse.ArgumentParser) -> None:
+    from ccplan.instances.importers import IMPORTERS
+    from ccplan.instances.importers.machine import FABRICS, PCIE_POLICIES
+
+    p.add_argument("file", nargs="?", help="nvidia-smi topo -m output, NCCL XML dump, rocm-smi --showtopo")
+    p.add_argument("--format", default="auto", choices=["auto", *IMPORTERS], help="input format")
+    p.add_argument("--out", help="topology JSON to write")
+    p.add_argument("--name", help="topology name (default from the input)")
+    g = p.add_argument_group("link classes (defaults: docs/import.md)")
+    g.add_argument("--class-bw", action="append", metavar="CLASS=GBPS", help="e.g. NV=20, SYS=6 (repeatable)")
+    g.add_argument("--class-alpha", action="append", metavar="CLASS=US", help="e.g. PIX=1.5 (repeatable)")
+    g.add_argument("--class-file", help="JSON/TOML with bandwidth_GBps and alpha_us tables")
+    g.add_argument("--show-defaults", action="store_true", help="print the class table and exit")
+    g.add_argument("--pcie", default="auto", choices=PCIE_POLICIES, help="keep the PCIe tree")
+    g.add_argument("--nvswitch", default="auto", choices=["auto", "yes", "no"], help="NV# via an NVSwitch")
+    g = p.add_argument_group("several machines")
+    g.add_argument("--nodes", type=int, default=1, help="copies of the machine (default 1)")
+    g.add_argument("--nics-per-node", type=int, default=1, help="NICs per machine (default 1)")
+    g.add_argument("--nic-bw", type=float, help="GB/s per NIC (default: file, else class NET)")
+    g.add_argument("--nic-alpha", type=float, help="alpha per NIC hop in us (default: class NET)")
+    g.add_argument("--fabric", default="switch", choices=FABRICS, help="one switch or one switch per rail")
+
+
+def _add_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--topology", required=True, help="built-in name or topology JSON (e.g. from import-topology)"
+    )
+    p.add_argument("--chassis", type=int, help="chassis count for ndv2, dgx2, amd")
+    p.add_argument("--topo-arg", action="append", metavar="KEY=VALUE", help="built-in parameter (repeatable)")
+    p.add_argument(
+        "--collectives", default="allgather,allreduce", help="comma-separated (default allgather,allreduce)"
+    )
+    p.add_argument("--sizes", default="1MB,64MB", help="comma-separated output sizes (default 1MB,64MB)")
+    p.add_argument(
+        "--methods", default="heuristic,milp", help="candidates for the best (default heuristic,milp)"
+    )
+    p.add_argument("--baselines", default="ring,tree", help="reported beside the best ('' for none)")
+    p.add_argument("--chunks", type=int, default=1, help="chunks per contribution C (default 1)")
+    p.add_argument("--root", type=int, help="root GPU of rooted collectives")
+    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per cell (default 10)")
+    p.add_argument("--workers", type=int, default=1, help="CP-SAT workers per cell (default 1)")
+    p.add_argument("--out", required=True, help="output directory (report.md, xml/, schedules/, img/)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run the cells on a Dask distributed scheduler")
+    p.add_argument("--processes", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--no-plots", action="store_true", help="skip the pictures")
+    p.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
+
+
 def _add_nothing(p: argparse.ArgumentParser) -> None:
     return None
 
@@ -516,6 +671,16 @@ COMMANDS: dict[str, Command] = {
     "plot-progress": Command("plot a solver progress CSV", _add_plot_progress, cmd_plot_progress),
     "sweep": Command(
         "run or resume a grid of solves (resumable; --dask for a cluster)", _add_sweep, cmd_sweep
+    ),
+    "import-topology": Command(
+        "topology JSON from nvidia-smi topo -m, an NCCL XML dump or rocm-smi --showtopo",
+        _add_import_topology,
+        cmd_import_topology,
+    ),
+    "plan": Command(
+        "best verified schedule, bound, MSCCL XML and a report per collective and size",
+        _add_plan,
+        cmd_plan,
     ),
 }
 

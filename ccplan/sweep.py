@@ -1056,16 +1056,20 @@ class Progress:
 # ============================================================================ running
 
 
-def _local_results(payloads: list[dict[str, Any]], processes: int) -> Iterator[dict[str, Any]]:
+CellFunction = Callable[[Mapping[str, Any]], dict[str, Any]]
+"""A module-level (picklable) function that runs one payload; :func:`run_cell` for sweeps."""
+
+
+def _local_results(
+    payloads: list[dict[str, Any]], processes: int, cell: CellFunction = run_cell
+) -> Iterator[dict[str, Any]]:
     if processes == 1:
         # In-process: no pickling, simplest to debug; a crash loses only the running cell.
         for p in payloads:
-            yield run_cell(p)
+            yield cell(p)
         return
     with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures: dict[Future[dict[str, Any]], dict[str, Any]] = {
-            pool.submit(run_cell, p): p for p in payloads
-        }
+        futures: dict[Future[dict[str, Any]], dict[str, Any]] = {pool.submit(cell, p): p for p in payloads}
         try:
             for fut in as_completed(futures):
                 try:
@@ -1081,7 +1085,9 @@ def _local_results(payloads: list[dict[str, Any]], processes: int) -> Iterator[d
                 f.cancel()
 
 
-def _dask_results(payloads: list[dict[str, Any]], address: str) -> Iterator[dict[str, Any]]:
+def _dask_results(
+    payloads: list[dict[str, Any]], address: str, cell: CellFunction = run_cell
+) -> Iterator[dict[str, Any]]:
     try:
         from distributed import Client
         from distributed import as_completed as dask_as_completed
@@ -1091,7 +1097,7 @@ def _dask_results(payloads: list[dict[str, Any]], address: str) -> Iterator[dict
     try:
         futures = [
             client.submit(
-                run_cell, p, key=f"ccplan-cell-{hashlib.sha1(p['key'].encode()).hexdigest()}", pure=False
+                cell, p, key=f"ccplan-cell-{hashlib.sha1(p['key'].encode()).hexdigest()}", pure=False
             )
             for p in payloads
         ]

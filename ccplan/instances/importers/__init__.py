@@ -1,0 +1,134 @@
+"""Import a machine's topology from the tools people already run on it.
+
+Formats (:data:`IMPORTERS`): ``nvidia-smi`` (``nvidia-smi topo -m``), ``nccl-xml`` (NCCL's
+``NCCL_TOPO_DUMP_FILE``) and ``rocm-smi`` (``rocm-smi --showtopo``); ``auto`` picks one from
+the text. Link classes become numbers through
+:class:`~ccplan.instances.importers.classes.ClassDefaults` (documented defaults, user
+overrides); :class:`~ccplan.instances.importers.machine.Network` joins several copies of the
+machine. Importers produce :class:`~ccplan.instances.topology.Topology` objects only.
+Malformed input raises :class:`~ccplan.errors.ValidationError` whose message starts with
+``file:line:``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from ccplan.errors import ValidationError
+from ccplan.instances.importers.classes import ClassDefaults, load_overrides, parse_assignments
+from ccplan.instances.importers.machine import Machine, Network, join_machines
+from ccplan.instances.importers.nccl_xml import parse_nccl_xml
+from ccplan.instances.importers.nvidia_smi import parse_nvidia_smi
+from ccplan.instances.importers.rocm_smi import parse_rocm_smi
+from ccplan.instances.topology import Topology
+
+__all__ = [
+    "IMPORTERS",
+    "ClassDefaults",
+    "Machine",
+    "Network",
+    "detect_format",
+    "import_topology",
+    "join_machines",
+    "load_overrides",
+    "parse_assignments",
+    "read_machine",
+]
+
+Parser = Callable[[str, str, str], Machine]
+
+
+def _nvidia(text: str, source: str, nvswitch: str) -> Machine:
+    return parse_nvidia_smi(text, source, nvswitch=nvswitch)
+
+
+def _nccl(text: str, source: str, nvswitch: str) -> Machine:
+    return parse_nccl_xml(text, source)
+
+
+def _rocm(text: str, source: str, nvswitch: str) -> Machine:
+    return parse_rocm_smi(text, source)
+
+
+IMPORTERS: dict[str, Parser] = {"nvidia-smi": _nvidia, "nccl-xml": _nccl, "rocm-smi": _rocm}
+"""Format name -> parser ``(text, source name, nvswitch policy) -> Machine``."""
+
+
+def detect_format(text: str, source: str = "<input>") -> str:
+    """Guess the format of a tool's output from its first lines."""
+    head = text.lstrip()[:4000]
+    if head.startswith("<"):
+        return "nccl-xml"
+    if "ROCm System Management Interface" in head or "Link Type between two GPUs" in head:
+        return "rocm-smi"
+    if "GPU0" in head:
+        return "nvidia-smi"
+    raise ValidationError(
+        f"{source}:1: cannot tell the format (expected nvidia-smi topo -m, an NCCL XML dump or "
+        "rocm-smi --showtopo); give --format"
+    )
+
+
+def read_machine(path: str | Path, fmt: str = "auto", nvswitch: str = "auto") -> Machine:
+    """Parse a tool's output file into a :class:`Machine` (classes not yet turned into numbers)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"topology file {str(p)!r}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValidationError(f"topology file {str(p)!r}: not UTF-8 text (byte {exc.start})") from None
+    if not text.strip():
+        raise ValidationError(f"{p.name}:1: the file is empty")
+    name = fmt if fmt != "auto" else detect_format(text, p.name)
+    if name not in IMPORTERS:
+        raise ValidationError(f"format {fmt!r} is unknown (choose from auto, {', '.join(IMPORTERS)})")
+    return IMPORTERS[name](text, p.name, nvswitch)
+
+
+def import_topology(
+    path: str | Path,
+    fmt: str = "auto",
+    *,
+    defaults: ClassDefaults | None = None,
+    pcie: str = "auto",
+    nvswitch: str = "auto",
+    network: Network | None = None,
+    name: str | None = None,
+) -> Topology:
+    """Read a tool's output and return the topology of one machine or of a cluster of copies.
+
+    Parameters
+    ----------
+    path : path
+        Output of ``nvidia-smi topo -m``, an NCCL topology dump, or ``rocm-smi --showtopo``.
+    fmt : {"auto", "nvidia-smi", "nccl-xml", "rocm-smi"}
+    defaults : ClassDefaults, optional
+        Per-class bandwidth/alpha (documented defaults when None).
+    pcie : {"auto", "always", "never"}
+        Keep the PCIe tree (see :meth:`Machine.to_topology`).
+    nvswitch : {"auto", "yes", "no"}
+        nvidia-smi only: whether NV# counts go through an NVSwitch.
+    network : Network, optional
+        Join ``network.nodes`` copies (NIC count and fabric as declared there). A NIC
+        bandwidth left unset takes the slowest NIC speed the file shows (NCCL dumps carry
+        ``<net speed>``), else the ``NET`` class default.
+    name : str, optional
+        Topology name (default: derived from the file).
+    """
+    d = defaults or ClassDefaults()
+    machine = read_machine(path, fmt, nvswitch)
+    topo = machine.to_topology(d, pcie=pcie)
+    if network is not None and network.nodes > 1:
+        speeds = [gbps for _, gbps in machine.nics if gbps is not None]
+        if network.bandwidth_GBps is None and speeds:
+            # The slowest NIC the dump shows bounds what any rank can rely on.
+            network = replace(network, bandwidth_GBps=min(speeds))
+            topo = replace(
+                topo, description=f"{topo.description}; NIC bandwidth {min(speeds):g} GB/s from the file"
+            )
+        topo = join_machines(topo, network, d)
+    final_name = name or topo.name
+    return Topology(name=final_name, nodes=topo.nodes, links=topo.links, description=topo.description)

@@ -1,0 +1,634 @@
+"""Plan a machine: for every collective and size, the best verified schedule, its bound, the
+MSCCL XML files the runtime loads, and one report that sets it beside ring/tree baselines.
+
+:func:`run_plan` is the library call behind ``ccplan plan``. A plan is the grid
+
+    collectives x sizes x (candidate methods + baselines)
+
+Every cell is one :func:`ccplan.methods.solve` call (so every schedule has been verified
+independently and carries the lower bound), run by the sweep executor
+(:func:`ccplan.sweep._local_results` / :func:`ccplan.sweep._dask_results`): local worker
+processes, or a Dask cluster given its scheduler address. The time budget is per cell (the
+engine's own time limit).
+
+For each (collective, size), the *best* is the verified candidate with the smallest makespan;
+baselines are reported beside it but never chosen. The best schedule is exported to MSCCL XML
+with the first option set of :data:`EXPORT_ATTEMPTS` whose XML passes
+:func:`ccplan.export.xml_validate.validate_xml` against the instance; the report names the set
+used. No XML is written that did not pass.
+
+Output directory layout::
+
+    report.md                     the report (tables, plots)
+    plan.json                     every cell's numbers, the options used, the files written
+    xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule
+    schedules/<coll>_<size>.json  the best schedule (``ccplan verify`` / ``export`` read it)
+    img/*.png                     algbw/busbw vs size, Gantt and utilisation of the best schedule
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
+from ccplan.instances.topology import Topology
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "BUSBW_FACTORS",
+    "EXPORT_ATTEMPTS",
+    "PlanRequest",
+    "PlanResult",
+    "plan_cell",
+    "run_plan",
+]
+
+BUSBW_FACTORS: Mapping[str, Callable[[int], float]] = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+"""busbw = algbw x factor(n), nccl-tests' ``doc/PERFORMANCE.md`` (msccl_and_peers.md 4.1)."""
+
+EXPORT_ATTEMPTS: tuple[Mapping[str, Any], ...] = (
+    {"dialect": "executor", "inplace": True, "channels": 1},
+    {"dialect": "executor", "inplace": False, "channels": 1},
+    {"dialect": "executor", "inplace": True, "channels": 2},
+    {"dialect": "executor", "inplace": False, "channels": 2},
+    {"dialect": "executor", "inplace": True, "channels": 4},
+    {"dialect": "legacy", "inplace": True, "channels": 1},
+    {"dialect": "legacy", "inplace": False, "channels": 1},
+    {"dialect": "legacy", "inplace": True, "channels": 4},
+)
+"""MSCCL export options tried in order; the first whose XML validates is kept.
+
+In-place first (TE-CCL's XMLs are in-place), out-of-place next (RCCL's default); more
+channels spread chunks over more thread blocks when one block would exceed the executor's
+64 steps; the legacy runtime allows 256 steps per block.
+"""
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan.
+
+    Parameters
+    ----------
+    topology : Topology
+        The machine (a built-in, a JSON file, or an import).
+    collectives : tuple of str
+        E.g. ``("allgather", "allreduce")``.
+    sizes : tuple of str
+        Output buffer sizes (``"64KB"``, ``"1MB"`` ...).
+    methods : tuple of str
+        Candidates for the best schedule (default the heuristic search and the exact engine).
+    baselines : tuple of str
+        Reported beside the best (ring, tree); skipped for collectives they do not implement.
+    chunks : int
+        Chunks per contribution C.
+    time_limit : float
+        Seconds per cell (the engine's own limit).
+    workers : int
+        CP-SAT workers per cell.
+    root : int, optional
+        Root of rooted collectives.
+    tau_rule, alpha_threshold
+        Slotting, as ``ccplan solve``.
+    """
+
+    topology: Topology
+    collectives: tuple[str, ...]
+    sizes: tuple[str, ...]
+    methods: tuple[str, ...] = ("heuristic", "milp")
+    baselines: tuple[str, ...] = ("ring", "tree")
+    chunks: int = 1
+    time_limit: float = 10.0
+    workers: int = 1
+    root: int | None = None
+    tau_rule: str = "fastest"
+    alpha_threshold: float = 0.1
+
+    def __post_init__(self) -> None:
+        from ccplan.instances import make_collective
+        from ccplan.instances.instance import parse_size
+        from ccplan.methods import get_engine
+
+        for name in ("collectives", "sizes", "methods", "baselines"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.collectives:
+            raise ValidationError("plan: give at least one collective")
+        if not self.sizes:
+            raise ValidationError("plan: give at least one size")
+        if not self.methods:
+            raise ValidationError("plan: give at least one method")
+        for size in self.sizes:
+            parse_size(size)
+        for coll in self.collectives:
+            make_collective(coll, self.topology, chunks=self.chunks, root=self.root)
+            if coll not in BUSBW_FACTORS:
+                raise ValidationError(
+                    f"plan: collective {coll!r} has no MSCCL mapping (choose from {', '.join(BUSBW_FACTORS)})"
+                )
+        for method in (*self.methods, *self.baselines):
+            get_engine(method)
+        if not self.time_limit > 0:
+            raise ValidationError(f"plan: time_limit must be positive, got {self.time_limit!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValidationError(f"plan: workers must be a positive integer, got {self.workers!r}")
+
+
+# ============================================================================ one cell
+
+
+def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Solve one cell in a worker and return its row, with the schedule JSON when verified.
+
+    Never raises: a failure goes to ``row["error"]`` so that one bad cell does not lose the
+    others.
+    """
+    from ccplan.errors import SolveInterrupted
+    from ccplan.instances import make_collective, make_instance
+    from ccplan.methods import SolveOptions, solve
+
+    row: dict[str, Any] = {k: payload[k] for k in ("key", "collective", "size", "method", "role")}
+    try:
+        topo = Topology.from_dict(payload["topology"])
+        coll = make_collective(payload["collective"], topo, chunks=payload["chunks"], root=payload["root"])
+        instance = make_instance(
+            topo,
+            coll,
+            payload["size"],
+            tau_rule=payload["tau_rule"],
+            alpha_threshold=payload["alpha_threshold"],
+        )
+        options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
+        try:
+            result = solve(instance, payload["method"], options)
+        except SolveInterrupted as exc:
+            # Ctrl-C contract (ccplan/errors.py): keep the verified best-so-far, tell the caller to stop.
+            row["interrupted"] = True
+            row["status"] = "interrupted"
+            if exc.result is not None:
+                _fill(row, exc.result, instance)
+            return row
+        _fill(row, result, instance)
+        if result.details.get("interrupted"):
+            row["interrupted"] = True
+    except Exception as exc:  # reported in the table, the other cells go on
+        row["status"] = "error"
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        log.debug("plan cell %s failed", payload.get("key"), exc_info=True)
+    return row
+
+
+def _fill(row: dict[str, Any], result: Any, instance: Any) -> None:
+    data = result.to_dict(instance)
+    for k in (
+        "status",
+        "makespan_slots",
+        "lower_bound_slots",
+        "gap",
+        "tau_us",
+        "makespan_us",
+        "algbw_GBps",
+        "verified",
+        "solve_seconds",
+    ):
+        row[k] = data[k]
+    row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
+    row["size_bytes"] = instance.size_bytes
+    if result.schedule is not None and result.verified:
+        row["schedule"] = result.schedule.to_dict(instance)
+
+
+def _payloads(request: PlanRequest) -> list[dict[str, Any]]:
+    from ccplan.heuristics.baselines import supports
+
+    topo = request.topology.to_dict()
+    out = []
+    roles = [(m, "candidate") for m in request.methods]
+    for coll in request.collectives:
+        cell_roles = roles + [(b, "baseline") for b in request.baselines if supports(b, coll)]
+        for size in request.sizes:
+            for method, role in cell_roles:
+                out.append(
+                    {
+                        "key": f"{coll}|{size}|{method}|{role}",
+                        "collective": coll,
+                        "size": size,
+                        "method": method,
+                        "role": role,
+                        "topology": topo,
+                        "chunks": request.chunks,
+                        "root": request.root,
+                        "time_limit": request.time_limit,
+                        "workers": request.workers,
+                        "tau_rule": request.tau_rule,
+                        "alpha_threshold": request.alpha_threshold,
+                    }
+                )
+    return out
+
+
+# ============================================================================ export
+
+
+def export_validated_xml(
+    instance: Any, schedule: Any, path: Path
+) -> tuple[Mapping[str, Any] | None, list[str]]:
+    """Write the first XML of :data:`EXPORT_ATTEMPTS` that passes the validator.
+
+    Returns
+    -------
+    (options or None, list of str)
+        The options used (None when no attempt passed, and nothing is written) and one line
+        per failed attempt saying why.
+    """
+    from ccplan.export.msccl import to_msccl_xml
+    from ccplan.export.xml_validate import validate_xml
+
+    failures: list[str] = []
+    for attempt in EXPORT_ATTEMPTS:
+        label = ", ".join(f"{k}={v}" for k, v in attempt.items())
+        try:
+            text = to_msccl_xml(
+                instance,
+                schedule,
+                dialect=attempt["dialect"],
+                inplace=attempt["inplace"],
+                channels=attempt["channels"],
+                name=path.stem.replace("+", "_"),
+            )
+        except CCPlanError as exc:
+            failures.append(f"{label}: export refused: {exc}")
+            continue
+        report = validate_xml(text, expect=instance, dialect=attempt["dialect"])
+        if not report.ok:
+            failures.append(f"{label}: validate-xml: {report.errors[0]}")
+            continue
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        return attempt, failures
+    return None, failures
+
+
+# ============================================================================ the plan
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """What :func:`run_plan` wrote.
+
+    Attributes
+    ----------
+    out_dir : Path
+    report : Path
+        The markdown report.
+    rows : tuple of dict
+        One per cell (without schedules), as in ``plan.json``.
+    best : tuple of dict
+        One per (collective, size): best method, numbers, XML file and export options.
+    """
+
+    out_dir: Path
+    report: Path
+    rows: tuple[Mapping[str, Any], ...]
+    best: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    @property
+    def xml_files(self) -> list[Path]:
+        """The MSCCL XML files written (every one passed the validator)."""
+        return [self.out_dir / b["xml"] for b in self.best if b.get("xml")]
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def _execute(
+    payloads: list[dict[str, Any]], dask_address: str | None, processes: int
+) -> Iterator[dict[str, Any]]:
+    from ccplan.sweep import _dask_results, _local_results
+
+    if dask_address:
+        return _dask_results(payloads, dask_address, cell=plan_cell)
+    return _local_results(payloads, processes, cell=plan_cell)
+
+
+def run_plan(
+    request: PlanRequest,
+    out_dir: str | Path,
+    *,
+    dask_address: str | None = None,
+    processes: int = 1,
+    plots: bool = True,
+    on_row: Callable[[Mapping[str, Any]], None] | None = None,
+) -> PlanResult:
+    """Run every cell, pick the best verified schedule per (collective, size), export, report.
+
+    Parameters
+    ----------
+    request : PlanRequest
+    out_dir : path
+        Created if missing; files of a previous plan in it are overwritten.
+    dask_address : str, optional
+        Dask scheduler address; run the cells there instead of local processes.
+    processes : int
+        Local worker processes (1 = in this process).
+    plots : bool
+        Draw the pictures (needs matplotlib; without it the report says so).
+    on_row : callable, optional
+        Called with every finished cell's row (progress display).
+
+    Raises
+    ------
+    ValidationError
+        ``out_dir`` cannot be created; ``processes`` not positive.
+    """
+    from ccplan.schedule import Schedule, save_schedule
+
+    if not isinstance(processes, int) or processes < 1:
+        raise ValidationError(f"processes must be a positive integer, got {processes!r}")
+    out = Path(out_dir)
+    try:
+        for sub in ("xml", "schedules", "img"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValidationError(f"cannot create plan directory {str(out)!r}: {exc.strerror or exc}") from None
+    payloads = _payloads(request)
+    rows: list[dict[str, Any]] = []
+    interrupted = False
+    try:
+        for row in _execute(payloads, dask_address, processes):
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            if row.get("interrupted"):
+                interrupted = True
+                break
+    except KeyboardInterrupt:
+        # Ctrl-C between cells (or in the parent of worker processes): report what finished.
+        interrupted = True
+    order = {p["key"]: i for i, p in enumerate(payloads)}
+    rows.sort(key=lambda r: order[r["key"]])
+    n = len(request.topology.gpus)
+    for r in rows:
+        algbw = r.get("algbw_GBps")
+        r["busbw_GBps"] = None if algbw is None else algbw * BUSBW_FACTORS[r["collective"]](n)
+
+    best_rows: list[dict[str, Any]] = []
+    for coll in request.collectives:
+        for size in request.sizes:
+            cell = [r for r in rows if r["collective"] == coll and r["size"] == size]
+            if not cell:
+                continue
+            verified = [r for r in cell if r["role"] == "candidate" and r.get("schedule") is not None]
+            entry: dict[str, Any] = {"collective": coll, "size": size}
+            if not verified:
+                entry["error"] = "no candidate produced a verified schedule"
+                best_rows.append(entry)
+                continue
+            best = min(verified, key=lambda r: (r["makespan_us"], request.methods.index(r["method"])))
+            # The tightest bound any cell proved holds for every schedule of this instance.
+            bound_slots = max(r["lower_bound_slots"] for r in cell if r.get("lower_bound_slots") is not None)
+            instance, schedule = Schedule.from_dict(best["schedule"])
+            stem = f"{coll}_{_slug(size)}"
+            sched_path = out / "schedules" / f"{stem}.json"
+            save_schedule(sched_path, instance, schedule)
+            options, failures = export_validated_xml(instance, schedule, out / "xml" / f"{stem}.xml")
+            gap = (
+                (best["makespan_slots"] - bound_slots) / best["makespan_slots"]
+                if best["makespan_slots"]
+                else 0.0
+            )
+            entry.update(
+                method=best["method"],
+                status=best["status"],
+                makespan_us=best["makespan_us"],
+                makespan_slots=best["makespan_slots"],
+                lower_bound_slots=bound_slots,
+                lower_bound_us=bound_slots * best["tau_us"],
+                gap=gap,
+                algbw_GBps=best["algbw_GBps"],
+                busbw_GBps=best["busbw_GBps"],
+                schedule=str(sched_path.relative_to(out)),
+                xml=None if options is None else f"xml/{stem}.xml",
+                xml_options=None if options is None else dict(options),
+                xml_failures=failures,
+                baselines={
+                    r["method"]: {k: r.get(k) for k in ("makespan_us", "algbw_GBps", "busbw_GBps", "error")}
+                    for r in cell
+                    if r["role"] == "baseline"
+                },
+                _instance=instance,
+                _schedule=schedule,
+            )
+            best_rows.append(entry)
+
+    images: dict[str, list[str]] = {}
+    plot_note = None
+    if plots:
+        try:
+            images = _draw(request, rows, best_rows, out)
+        except CCPlanError as exc:
+            plot_note = str(exc)
+    public_best = [{k: v for k, v in b.items() if not k.startswith("_")} for b in best_rows]
+    public_rows = [{k: v for k, v in r.items() if k != "schedule"} for r in rows]
+    report = out / "report.md"
+    note = None
+    if interrupted:
+        note = f"Interrupted: {len(rows)} of {len(payloads)} cells finished; the others are missing."
+    _write_text(report, _markdown(request, public_rows, public_best, images, plot_note, note))
+    _write_text(
+        out / "plan.json",
+        json.dumps(
+            {
+                "topology": request.topology.name,
+                "gpus": n,
+                "request": {
+                    "collectives": list(request.collectives),
+                    "sizes": list(request.sizes),
+                    "methods": list(request.methods),
+                    "baselines": list(request.baselines),
+                    "chunks": request.chunks,
+                    "time_limit": request.time_limit,
+                    "workers": request.workers,
+                },
+                "best": public_best,
+                "cells": public_rows,
+                "images": images,
+            },
+            indent=1,
+        )
+        + "\n",
+    )
+    result = PlanResult(out_dir=out, report=report, rows=tuple(public_rows), best=tuple(public_best))
+    if interrupted:
+        raise SolveInterrupted(
+            f"plan interrupted after {len(rows)} of {len(payloads)} cells; their report -> {report}", result
+        )
+    return result
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ============================================================================ pictures and report
+
+
+def _draw(
+    request: PlanRequest, rows: list[dict[str, Any]], best_rows: list[dict[str, Any]], out: Path
+) -> dict[str, list[str]]:
+    """Per collective: algbw and busbw vs size (one line per method); Gantt and utilisation
+    of the best schedule at the largest size. Returns collective -> image paths (relative)."""
+    from ccplan.export import plots
+    from ccplan.instances.instance import parse_size
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CCPlanError("plots need matplotlib, which is not installed: pip install matplotlib") from None
+    images: dict[str, list[str]] = {}
+    for coll in request.collectives:
+        files: list[str] = []
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        for method in (*request.methods, *request.baselines):
+            pts = sorted(
+                (parse_size(r["size"]), r["algbw_GBps"], r["busbw_GBps"])
+                for r in rows
+                if r["collective"] == coll and r["method"] == method and r.get("algbw_GBps") is not None
+            )
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            style = "-o" if method in request.methods else "--s"
+            axes[0].plot(xs, [p[1] for p in pts], style, label=method)
+            axes[1].plot(xs, [p[2] for p in pts], style, label=method)
+        for ax, what in zip(axes, ("algbw", "busbw"), strict=True):
+            ax.set_xscale("log")
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel(f"{what} (GB/s)")
+            ax.set_title(f"{coll}: {what} vs size")
+            ax.grid(True, alpha=0.3)
+        axes[0].legend(fontsize="small")
+        fig.tight_layout()
+        bw_path = out / "img" / f"{coll}_bandwidth.png"
+        fig.savefig(bw_path, dpi=110)
+        plt.close(fig)
+        files.append(str(bw_path.relative_to(out)))
+        ok = [b for b in best_rows if b["collective"] == coll and "_schedule" in b]
+        if ok:
+            largest = max(ok, key=lambda b: parse_size(b["size"]))
+            stem = f"{coll}_{_slug(largest['size'])}"
+            for kind, func in (("gantt", plots.gantt), ("utilization", plots.utilization)):
+                path = out / "img" / f"{stem}_{kind}.png"
+                func(largest["_instance"], largest["_schedule"], path)
+                files.append(str(path.relative_to(out)))
+        images[coll] = files
+    return images
+
+
+def _num(value: Any, spec: str = ".4g") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _markdown(
+    request: PlanRequest,
+    rows: Sequence[Mapping[str, Any]],
+    best: Sequence[Mapping[str, Any]],
+    images: Mapping[str, list[str]],
+    plot_note: str | None,
+    note: str | None = None,
+) -> str:
+    topo = request.topology
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    lines = [
+        f"# Plan for {topo.name}",
+        "",
+        f"{len(topo.gpus)} GPUs, {len(topo.switches)} switches, {topo.num_links} directed links. "
+        f"Candidates: {', '.join(request.methods)}; baselines: {', '.join(request.baselines) or 'none'}. "
+        f"C = {request.chunks} chunk(s) per contribution, {request.time_limit:g} s per cell, "
+        f"{request.workers} CP-SAT worker(s); load average {_num(load, '.2f')} when the report was written.",
+        "",
+        "Every schedule below passed the independent verifier; every XML file passed `validate-xml` "
+        "against its instance. Gap = (makespan - lower bound) / makespan, in slots.",
+        "",
+        *([f"**{note}**", ""] if note else []),
+        "## Best schedule per collective and size",
+        "",
+        "| collective | size | method | status | time (us) | bound (us) | gap | algbw (GB/s) | busbw (GB/s) "
+        "| ring (us) | tree (us) | XML | export options |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for b in best:
+        if "method" not in b:
+            lines.append(f"| {b['collective']} | {b['size']} | - | {b.get('error', '')} |" + " |" * 9)
+            continue
+        base = b.get("baselines", {})
+        ring = base.get("ring", {}).get("makespan_us") if "ring" in base else None
+        tree = base.get("tree", {}).get("makespan_us") if "tree" in base else None
+        opts = b.get("xml_options")
+        opt_text = "-" if not opts else ", ".join(f"{k}={v}" for k, v in opts.items())
+        xml = f"[{Path(b['xml']).name}]({b['xml']})" if b.get("xml") else "not exportable"
+        lines.append(
+            f"| {b['collective']} | {b['size']} | {b['method']} | {b['status']} | {_num(b['makespan_us'])} "
+            f"| {_num(b['lower_bound_us'])} | {_num(b['gap'], '.1%')} | {_num(b['algbw_GBps'])} "
+            f"| {_num(b['busbw_GBps'])} | {_num(ring)} | {_num(tree)} | {xml} | {opt_text} |"
+        )
+    failed = [b for b in best if b.get("method") and not b.get("xml")]
+    if failed:
+        lines += ["", "XML export failures (no file written):", ""]
+        for b in failed:
+            for why in b.get("xml_failures", []):
+                lines.append(f"- {b['collective']} {b['size']}: {why}")
+    lines += [
+        "",
+        "## Every cell",
+        "",
+        "| collective | size | method | role | status | time (us) | bound (us) | algbw (GB/s) | busbw (GB/s) "
+        "| solve (s) | error |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['collective']} | {r['size']} | {r['method']} | {r['role']} | {r.get('status', '-')} "
+            f"| {_num(r.get('makespan_us'))} | {_num(r.get('lower_bound_us'))} | {_num(r.get('algbw_GBps'))} "
+            f"| {_num(r.get('busbw_GBps'))} | {_num(r.get('solve_seconds'), '.2f')} "
+            f"| {str(r.get('error', '')).replace('|', '/')} |"
+        )
+    if images or plot_note:
+        lines += ["", "## Pictures", ""]
+        if plot_note:
+            lines.append(f"No pictures: {plot_note}")
+        for coll, files in images.items():
+            lines.append(f"### {coll}")
+            lines.append("")
+            lines += [f"![{Path(f).stem}]({f})" for f in files]
+            lines.append("")
+    lines += [
+        "",
+        "busbw = algbw x 2(n-1)/n (AllReduce), (n-1)/n (AllGather, ReduceScatter, AllToAll), 1 (Broadcast, "
+        "Reduce), as nccl-tests report it.",
+        "",
+    ]
+    return "\n".join(lines)
