@@ -108,9 +108,9 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    from ccplan.export.atomic import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -120,15 +120,29 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
         return "yes" if value else "no"
     if isinstance(value, float) and math.isinf(value):
         return "inf"
+    if isinstance(value, int) and spec == ".4g":
+        return str(value)  # slot counts and bounds are exact: never 3.28e+06 for 3280010
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 
 def _check_writable(*paths: Path | None) -> None:
+    from ccplan.export.atomic import check_target
+
     for path in paths:
-        if path is not None and not path.parent.exists():
-            raise ValidationError(
-                f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist"
-            )
+        if path is not None:
+            check_target(path, "output")
+
+
+def _set_status(args: argparse.Namespace, code: int) -> int:
+    # Recorded before printing, so a broken pipe (`ccplan verify ... | head -1`) keeps it.
+    args._status = code
+    return code
+
+
+def _saved_line(saved: Sequence[tuple[str, Path]]) -> str:
+    if not saved:
+        return "nothing saved"
+    return "saved " + ", ".join(f"{what} -> {path}" for what, path in saved)
 
 
 # --------------------------------------------------------------------------- commands
@@ -173,16 +187,46 @@ def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | Non
     return show
 
 
-def cmd_solve(args: argparse.Namespace) -> int:
-    from ccplan.methods import SolveOptions, get_engine, solve
+EXIT_NO_SCHEDULE = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+_SOLVE_OUTPUTS = {
+    "schedule": "--out",
+    "report": "--report",
+    "solver log": "--log",
+    "progress": "--progress",
+    "model": "--dump-model",
+}
+
+
+def _solve_outputs(args: argparse.Namespace) -> Any:
+    from ccplan.export.atomic import OutputSet
+
+    paths = {
+        "schedule": args.out,
+        "report": args.report,
+        "solver log": args.log,
+        "progress": args.progress,
+        "model": args.dump_model,
+    }
+    return OutputSet({k: Path(v) if v else None for k, v in paths.items()}, _SOLVE_OUTPUTS)
+
+
+def _stage_result(outputs: Any, result: Any, data: dict[str, Any]) -> None:
     from ccplan.schedule import save_schedule
 
-    out = Path(args.out) if args.out else None
-    report_path = Path(args.report) if args.report else None
-    log_path = Path(args.log) if args.log else None
-    progress_path = Path(args.progress) if args.progress else None
-    dump = Path(args.dump_model) if args.dump_model else None
-    _check_writable(out, report_path, log_path, progress_path, dump)
+    staged = outputs.path("schedule")
+    if result.schedule is not None and staged is not None:
+        save_schedule(staged, result.instance, result.schedule)
+    outputs.write_text("report", json.dumps(data, indent=1) + "\n")
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    from ccplan.errors import SolveInterrupted
+    from ccplan.methods import SolveOptions, get_engine, solve
+
+    outputs = _solve_outputs(args)  # bad output paths fail before any work starts
     instance = _instance(args)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
@@ -198,19 +242,28 @@ def cmd_solve(args: argparse.Namespace) -> int:
         seed=args.seed,
         horizon=args.horizon,
         warm_start=not args.no_warm_start,
-        log_path=log_path,
-        progress_path=progress_path,
-        dump_model=dump,
+        log_path=outputs.path("solver log"),
+        progress_path=outputs.path("progress"),
+        dump_model=outputs.path("model"),
         extra=extra,
     )
     if not args.quiet:
         print(f"solving {instance.describe()} with {args.method} ...", file=sys.stderr, flush=True)
-    result = solve(instance, args.method, options)
-    data = result.to_dict(instance)
-    if result.schedule is not None and out is not None:
-        save_schedule(out, instance, result.schedule)
-    if report_path is not None:
-        _write_json(report_path, data)
+    try:
+        try:
+            result = solve(instance, args.method, options)
+        except SolveInterrupted as stop:
+            saved: list[tuple[str, Path]] = []
+            if stop.result is not None:
+                _stage_result(outputs, stop.result, stop.result.to_dict())
+                saved = outputs.commit()
+            print(f"ccplan: interrupted; {_saved_line(saved)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        data = result.to_dict()
+        _stage_result(outputs, result, data)
+        written = outputs.commit()
+    finally:
+        outputs.discard()
     if args.json:
         print(json.dumps(data, indent=1))
     else:
@@ -219,7 +272,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             ("method", data["method"]),
             ("status", data["status"]),
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
-            ("lower bound", f"{data['lower_bound_slots']} slots (gap {_fmt(data['gap'], '.1%')})"),
+            ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots (gap {_fmt(data['gap'], '.1%')})"),
             ("algbw", f"{_fmt(data['algbw_GBps'])} GB/s"),
             ("verified", str(data["verified"])),
             ("sends", _fmt(data["num_sends"])),
@@ -228,16 +281,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"{key:<{width}}  {value}")
-        for written, what in (
-            (out, "schedule"),
-            (report_path, "report"),
-            (log_path, "solver log"),
-            (progress_path, "progress"),
-            (dump, "model"),
-        ):
-            if written is not None and written.exists():
-                print(f"{what:<{width}}  -> {written}")
-    if result.schedule is not None and not result.verified:
+        for what, path in written:
+            print(f"{what:<{width}}  -> {path}")
+    if result.schedule is None:
+        why = result.details.get("reason") or f"status {result.status}"
+        print(f"ccplan: error: {args.method} found no schedule ({why})", file=sys.stderr)
+        return EXIT_NO_SCHEDULE
+    if not result.verified:
         print("ccplan: error: the schedule failed verification (see the report)", file=sys.stderr)
         return EXIT_VIOLATION
     return EXIT_OK
@@ -248,6 +298,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     instance, schedule = load_schedule(args.schedule)
     report = verify(instance, schedule)
+    _set_status(args, EXIT_OK if report.ok else EXIT_VIOLATION)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:
@@ -266,8 +317,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.bounds import compute_bounds
+    from ccplan.limits import estimate_solve
 
     instance = _instance(args)
+    estimate_solve(instance).check()
     bounds = compute_bounds(instance)
     data: dict[str, Any] = {"instance": instance.describe(), "tau_us": instance.tau_us, **bounds.to_dict()}
     if not args.no_upper:
@@ -278,6 +331,8 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         data["upper_bound_slots"] = res.makespan_slots
         data["upper_bound_us"] = res.makespan_us
         data["upper_bound_verified"] = res.verified
+        if res.schedule is not None:
+            data["upper_bound_gap"] = res.gap
     if args.json:
         print(json.dumps(data, indent=1))
         return EXIT_OK
@@ -296,40 +351,45 @@ def cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ccplan.export.atomic import OutputSet
     from ccplan.schedule import load_schedule, save_schedule
 
+    outputs = OutputSet({"out": Path(args.out)})
     instance, schedule = load_schedule(args.schedule)
-    out = Path(args.out)
-    _check_writable(out)
+    staged = outputs.path("out")
+    assert staged is not None
     fmt = args.format
-    if fmt == "json":
-        save_schedule(out, instance, schedule)
-    elif fmt == "timeline":
-        from ccplan.export.schedule_json import write_timeline
+    try:
+        if fmt == "json":
+            save_schedule(staged, instance, schedule)
+        elif fmt == "timeline":
+            from ccplan.export.schedule_json import write_timeline
 
-        write_timeline(out, instance, schedule)
-    elif fmt == "msccl-xml":
-        from ccplan.export.msccl import to_msccl_xml
+            write_timeline(staged, instance, schedule)
+        elif fmt == "msccl-xml":
+            from ccplan.export.msccl import to_msccl_xml
 
-        text = to_msccl_xml(
-            instance,
-            schedule,
-            dialect=args.dialect,
-            proto=args.proto,
-            channels=args.channels,
-            instances=args.instances,
-            inplace=not args.out_of_place,
-        )
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
-    elif fmt in ("gantt", "utilization"):
-        from ccplan.export import plots
+            text = to_msccl_xml(
+                instance,
+                schedule,
+                dialect=args.dialect,
+                proto=args.proto,
+                channels=args.channels,
+                instances=args.instances,
+                inplace=not args.out_of_place,
+            )
+            outputs.write_text("out", text)
+        elif fmt in ("gantt", "utilization"):
+            from ccplan.export import plots
 
-        getattr(plots, fmt)(instance, schedule, out)
-    else:  # argparse restricts choices; kept for mypy's exhaustiveness
-        raise ValidationError(f"unknown export format {fmt!r}")
-    print(f"wrote {out}")
+            getattr(plots, fmt)(instance, schedule, staged)
+        else:  # argparse restricts choices; kept for mypy's exhaustiveness
+            raise ValidationError(f"unknown export format {fmt!r}")
+        written = outputs.commit()
+    finally:
+        outputs.discard()
+    for _what, path in written:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -354,12 +414,19 @@ def cmd_validate_xml(args: argparse.Namespace) -> int:
 
 
 def cmd_plot_progress(args: argparse.Namespace) -> int:
+    from ccplan.export.atomic import OutputSet
     from ccplan.export.plots import plot_progress
 
-    out = Path(args.out)
-    _check_writable(out)
-    plot_progress(Path(args.csv), out)
-    print(f"wrote {out}")
+    outputs = OutputSet({"out": Path(args.out)})
+    staged = outputs.path("out")
+    assert staged is not None
+    try:
+        plot_progress(Path(args.csv), staged)
+        written = outputs.commit()
+    finally:
+        outputs.discard()
+    for _what, path in written:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -532,6 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ccplan", description="Topology-aware schedules for collective communication.")
     parser.add_argument("--version", action="version", version=f"ccplan {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="refuse work estimated to need more memory than this (default 4GB, or $CCPLAN_MEMORY_BUDGET)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
@@ -541,9 +613,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ccplan`` console script; returns the exit code."""
+    """Entry point of the ``ccplan`` console script; returns the exit code.
+
+    Exit codes: 0 success, 1 a schedule or XML file fails its check, 2 bad input or work
+    refused by the memory budget (one line on stderr), 3 no schedule found (infeasible
+    horizon, time limit), 4 an internal error (one line; ``-v`` shows the traceback),
+    130 interrupted (one line saying what was saved).
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -552,20 +634,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if not args.verbose:
+        # Pyomo logs its own account of an interrupted or failed solve; ours is the one line.
+        logging.getLogger("pyomo").setLevel(logging.CRITICAL)
     try:
+        from ccplan import limits
+
+        if args.memory_budget is not None:
+            limits.set_memory_budget(limits.parse_budget(args.memory_budget, "--memory-budget"))
         return int(args._run(args))
     except CCPlanError as exc:
         print(f"ccplan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("ccplan: interrupted", file=sys.stderr)
-        return 130
+        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # Output piped into e.g. `head`: stop quietly, as Unix tools do.
+        # Output piped into e.g. `head`: stop quietly, as Unix tools do, keeping the status
+        # the command had decided on before it printed.
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return int(getattr(args, "_status", EXIT_OK))
+    except MemoryError:
+        print(
+            "ccplan: error: out of memory (the work exceeded what the machine or the process limit "
+            "allows; lower --chunks or the topology size, or set --memory-budget lower to be "
+            "refused up front)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: one line by default, the traceback with -v
+        if args.verbose:
+            log.exception("internal error")
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"ccplan: internal error: {type(exc).__name__}: {text[:300]} (rerun with -v for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    finally:
+        from ccplan import limits as _limits
+
+        _limits.set_memory_budget(None)
 
 
 if __name__ == "__main__":
