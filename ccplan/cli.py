@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ccplan.errors import CCPlanError, ValidationError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ccplan.methods import Result
 
 EXIT_OK = 0
 EXIT_VIOLATION = 1
@@ -254,8 +257,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
             result = solve(instance, args.method, options)
         except SolveInterrupted as stop:
             saved: list[tuple[str, Path]] = []
-            if stop.result is not None:
-                _stage_result(outputs, stop.result, stop.result.to_dict())
+            partial = cast("Result | None", stop.result)
+            if partial is not None:
+                _stage_result(outputs, partial, partial.to_dict())
                 saved = outputs.commit()
             print(f"ccplan: interrupted; {_saved_line(saved)}", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -642,7 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.memory_budget is not None:
             limits.set_memory_budget(limits.parse_budget(args.memory_budget, "--memory-budget"))
-        return int(args._run(args))
+        code = int(args._run(args))
+        sys.stdout.flush()  # a broken pipe shows here, inside the handlers below
+        return code
     except CCPlanError as exc:
         print(f"ccplan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -656,6 +662,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(getattr(args, "_status", EXIT_OK))
+    except OSError as exc:  # the file system refused (a full disk, a permission): one line
+        where = f"{str(exc.filename)!r}: " if exc.filename else ""
+        print(f"ccplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     except MemoryError:
         print(
             "ccplan: error: out of memory (the work exceeded what the machine or the process limit "

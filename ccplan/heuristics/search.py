@@ -129,6 +129,9 @@ def heuristic_search(
     best: Candidate | None = None
     timed_out: list[str] = []
 
+    restarts = 0
+    lns_iterations = 0
+
     def stage_deadline() -> Deadline:
         return hard if best is None else Deadline(min(hard.at, soft.at))
 
@@ -163,6 +166,9 @@ def heuristic_search(
         if "r" in holder:
             mteg_runs.append(holder["r"])
 
+    def layered(opts: LayeredOptions) -> None:
+        consider(opts.label(), lambda: layered_schedule(instance, opts, stage_deadline()))
+
     def done() -> bool:
         return best is not None and best.makespan <= bound
 
@@ -179,7 +185,7 @@ def heuristic_search(
             if isinstance(step, MtegOptions):
                 mteg(step)
             else:
-                consider(step.label(), lambda step=step: layered_schedule(instance, step, stage_deadline()))
+                layered(step)
         if effort == "quick" or best is None or done() or hard.expired:
             return
         improve()
@@ -193,7 +199,7 @@ def heuristic_search(
                 break
             restarts += 1
             if isinstance(opts, LayeredOptions):
-                consider(opts.label(), lambda opts=opts: layered_schedule(instance, opts, stage_deadline()))
+                layered(opts)
                 continue
             before = len(mteg_runs)
             mteg(opts)
@@ -225,8 +231,6 @@ def heuristic_search(
                 return
             current = nxt
 
-    restarts = 0
-    lns_iterations = 0
     interrupted = False
     try:
         run_all()
