@@ -1056,13 +1056,43 @@ class Progress:
 # ============================================================================ running
 
 
+def _tie_to_parent(parent: int) -> None:
+    """Worker initializer: die with the sweep process, even when it is killed with SIGKILL.
+
+    Linux delivers SIGKILL to the worker when its parent dies (``PR_SET_PDEATHSIG``); a
+    daemon thread that notices the parent change covers other systems and the window
+    before the call.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    threading.Thread(target=watch, name="ccplan-parent-watch", daemon=True).start()
+
+
 def _local_results(payloads: list[dict[str, Any]], processes: int) -> Iterator[dict[str, Any]]:
     if processes == 1:
         # In-process: no pickling, simplest to debug; a crash loses only the running cell.
         for p in payloads:
             yield run_cell(p)
         return
-    with ProcessPoolExecutor(max_workers=processes) as pool:
+    pool = ProcessPoolExecutor(max_workers=processes, initializer=_tie_to_parent, initargs=(os.getpid(),))
+    with pool:
         futures: dict[Future[dict[str, Any]], dict[str, Any]] = {
             pool.submit(run_cell, p): p for p in payloads
         }
@@ -1099,6 +1129,46 @@ def _dask_results(payloads: list[dict[str, Any]], address: str) -> Iterator[dict
             yield fut.result()
     finally:
         client.close()
+
+
+def _check_methods(config: SweepConfig) -> None:
+    """Refuse an unknown method before any cell runs (a cell of it could only fail, and a
+    resume would never retry its error row)."""
+    from ccplan.methods import method_names
+
+    for mod in config.imports:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise ValidationError(
+                f"sweep {config.name!r}: run.imports: cannot import {mod!r} ({exc})"
+            ) from None
+    known = set(method_names())
+    for m in config.methods:
+        if m.method not in known:
+            raise ValidationError(
+                f"sweep {config.name!r}: method {m.label!r} names unknown engine {m.method!r} "
+                f"(choose from {', '.join(sorted(known))})"
+            )
+
+
+def _check_cell_sizes(cells: Sequence[Cell]) -> None:
+    """Refuse a grid with a cell whose collective alone exceeds the memory budget
+    (:func:`ccplan.limits.estimate_collective`); the finer solve estimate runs in each cell."""
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.limits import estimate_collective
+
+    gpus: dict[str, int] = {}
+    for cell in cells:
+        label = cell.topology.label
+        if label not in gpus:
+            topo = resolve_topology(cell.topology.name, **dict(cell.topology.params))
+            gpus[label] = len(topo.gpus)
+        try:
+            estimate_collective(cell.collective.kind, gpus[label], cell.chunks).check()
+        except CCPlanError as exc:
+            where = f"sweep cell {label} {cell.collective.label} chunks={cell.chunks}"
+            raise type(exc)(f"{where}: {exc}") from None
 
 
 def _resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:
@@ -1170,6 +1240,10 @@ def run_sweep(
             cores,
         )
     cells = cells_of(config)
+    if dask_address is None:
+        # A Dask cluster may have modules the client lacks; locally, check before any work.
+        _check_methods(config)
+    _check_cell_sizes(cells)
     table = ResultTable(path)
     done_keys = table.open()
     todo = [c for c in cells if c.key not in done_keys]

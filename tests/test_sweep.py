@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ccplan.errors import ValidationError
+from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
@@ -308,3 +308,76 @@ def test_table_of_an_older_column_set_is_upgraded_in_place(tmp_path):
     bad.write_text("key,colour\nx,red\n")
     with pytest.raises(ValidationError, match="colour"):
         ResultTable(bad).open()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # the command name may contain spaces: the fields after it start past ')'
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_killed_sweep(tmp_path):
+    """SIGKILL the sweep process alone (not its group): its worker processes must not stay
+    behind running cells; they exit within a few seconds."""
+    sizes = [f"{i}MB" for i in range(1, 13)]
+    cfg = _write_config(tmp_path, sizes, sleep=2.0, processes=2)
+    out = tmp_path / "t.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
+    code = f"from ccplan.sweep import run_sweep; run_sweep({str(cfg)!r}, out={str(out)!r}, progress=False)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = _children(proc.pid)
+            time.sleep(0.1)
+        assert workers, "the sweep started no worker"
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers), "workers outlived the killed sweep"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in workers:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_unknown_method_is_refused_before_any_cell(tmp_path):
+    cfg = _write_config(tmp_path, ["1MB"])
+    cfg.write_text(cfg.read_text() + '\n[[method]]\nlabel = "typo"\nmethod = "mtge"\n')
+    out = tmp_path / "t.csv"
+    with pytest.raises(ValidationError, match="method 'typo' names unknown engine 'mtge'"):
+        run_sweep(cfg, out=out, progress=False)
+    assert not out.exists()
+
+
+def test_oversized_cell_is_refused_before_any_cell(tmp_path):
+    cfg = _write_config(tmp_path, ["1MB"])
+    cfg.write_text(cfg.read_text().replace("chunks = [1]", "chunks = [1, 1000000000]"))
+    out = tmp_path / "t.csv"
+    with pytest.raises(ResourceLimitError, match="chunks=1000000000"):
+        run_sweep(cfg, out=out, progress=False)
+    assert not out.exists()
