@@ -61,7 +61,17 @@ def _parse_dests(text: str | None) -> tuple[int, ...] | None:
 
 def _instance(args: argparse.Namespace) -> Any:
     from ccplan.instances import make_collective, make_instance
+    from ccplan.instances.collectives import ROOTED
 
+    if args.root is not None and args.collective not in ROOTED:
+        rooted = ", ".join(sorted(ROOTED))
+        raise ValidationError(
+            f"--root {args.root}: {args.collective} has no root (--root applies to {rooted})"
+        )
+    if args.dests is not None and args.collective != "multicast":
+        raise ValidationError(
+            f"--dests {args.dests}: only multicast takes destinations, not {args.collective}"
+        )
     topology = _topology(args)
     collective = make_collective(
         args.collective, topology, chunks=args.chunks, root=args.root, dests=_parse_dests(args.dests)

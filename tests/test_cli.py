@@ -77,6 +77,10 @@ def test_verify_rejects_a_corrupted_schedule_with_exit_1(capsys, line_schedule, 
         (["bounds", "--topology", "ring", "--chunks", "0"], "chunks"),
         (["solve", "--topology", "ring", "--method", "nosuchmethod"], "nosuchmethod"),
         (["solve", "--topology", "ring", "--out", "/nonexistent-dir/x.json"], "nonexistent-dir"),
+        (["solve", "--topology", "ring", "--root", "3"], "allgather has no root"),
+        (["bounds", "--topology", "ring", "--dests", "1,2"], "only multicast takes destinations"),
+        (["bounds", "--topology", "ring", "--size", "0.5"], "at least one byte"),
+        (["bounds", "--topology", "ring", "--size", "7"], "chunks of 0.875 bytes"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):

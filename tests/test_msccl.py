@@ -473,3 +473,12 @@ def test_optional_heuristic_engine_round_trip() -> None:
     result = solve(inst, "heuristic")
     assert result.verified and result.schedule is not None
     assert validate_xml(to_msccl_xml(inst, result.schedule), expect=inst).ok
+
+
+def test_one_missing_step_attribute_is_one_error() -> None:
+    """Only the unreadable step is reported: the steps after it keep their own s= numbers, so
+    no spurious step-index errors follow (the file is the good ring-4 AllGather with one cnt
+    removed)."""
+    report = validate_xml(DATA / "bad" / "step_missing_cnt.xml")
+    assert [e.kind for e in report.errors] == ["attribute"], [str(e) for e in report.errors]
+    assert "cnt" in str(report.errors[0])

@@ -67,6 +67,8 @@ def parse_size(text: str | int | float) -> float:
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
         raise ValidationError(f"size must be positive, got {text!r}")
+    if value < 1:
+        raise ValidationError(f"size must be at least one byte, got {text!r} ({value:g} bytes)")
     return value
 
 
@@ -132,6 +134,12 @@ class Instance:
         except ValidationError as exc:
             raise ValidationError(f"instance.size_bytes: {exc}") from None
         object.__setattr__(self, "size_bytes", size)
+        if size / self.collective.pieces < 1:
+            raise ValidationError(
+                f"size {format_size(size)} split into {self.collective.pieces} chunks gives chunks of "
+                f"{size / self.collective.pieces:g} bytes; a chunk is at least one byte "
+                "(raise the size or lower --chunks)"
+            )
         if self.tau_rule not in TAU_RULES:
             raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {self.tau_rule!r}")
         if self.tau_rule == "explicit":

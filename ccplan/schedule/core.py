@@ -160,6 +160,13 @@ class Schedule:
         if not isinstance(raw, list):
             raise ValidationError("schedule.sends must be a list")
         sends = tuple(Send.from_dict(s, f"sends[{i}]") for i, s in enumerate(raw))
+        if not instance.collective.combining:
+            for i, send in enumerate(sends):
+                if send.reduce:
+                    raise ValidationError(
+                        f"sends[{i}].reduce is true but {instance.collective.kind} is not a combining "
+                        "collective (reduce applies to reducescatter, allreduce and reduce)"
+                    )
         method = data.get("method", "")
         if not isinstance(method, str):
             raise ValidationError(f"schedule.method must be a string, got {method!r}")
