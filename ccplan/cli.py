@@ -373,6 +373,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     staged = outputs.path("out")
     assert staged is not None
     fmt = args.format
+    note = ""
     try:
         if fmt == "json":
             save_schedule(staged, instance, schedule)
@@ -381,18 +382,20 @@ def cmd_export(args: argparse.Namespace) -> int:
 
             write_timeline(staged, instance, schedule)
         elif fmt == "msccl-xml":
-            from ccplan.export.msccl import to_msccl_xml
+            from ccplan.export.msccl import export_msccl
 
-            text = to_msccl_xml(
+            choice = export_msccl(
                 instance,
                 schedule,
                 dialect=args.dialect,
                 proto=args.proto,
                 channels=args.channels,
                 instances=args.instances,
-                inplace=not args.out_of_place,
+                inplace=False if args.out_of_place else (True if args.in_place else None),
+                switches=args.switches,
             )
-            outputs.write_text("out", text)
+            outputs.write_text("out", choice.text)
+            note = f" ({choice.channels} channel(s), {'in' if choice.inplace else 'out-of'}-place)"
         elif fmt in ("gantt", "utilization"):
             from ccplan.export import plots
 
@@ -403,7 +406,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     finally:
         outputs.discard()
     for _what, path in written:
-        print(f"wrote {path}")
+        print(f"wrote {path}{note}")
     return EXIT_OK
 
 
@@ -544,9 +547,17 @@ def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output file (.xml, .json, .png, .svg)")
     p.add_argument("--dialect", default="executor", choices=["executor", "legacy"], help="MSCCL XML dialect")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="MSCCL protocol")
-    p.add_argument("--channels", type=int, default=1, help="MSCCL channels")
+    p.add_argument(
+        "--channels",
+        type=int,
+        help="MSCCL channels (default: the fewest whose thread blocks fit the dialect's step limit)",
+    )
     p.add_argument("--instances", type=int, default=1, help="MSCCL instances")
-    p.add_argument("--out-of-place", action="store_true", help="out-of-place buffers (default in-place)")
+    place = p.add_mutually_exclusive_group()
+    place.add_argument(
+        "--out-of-place", action="store_true", help="out-of-place buffers (default: in-place where possible)"
+    )
+    place.add_argument("--in-place", action="store_true", help="in-place buffers only (fail if impossible)")
     p.add_argument(
         "--switches",
         default="collapse",
