@@ -460,11 +460,28 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ccplan.sweep import run_sweep
+    from ccplan.sweep import SweepConfig, resolve_out, run_sweep
 
-    path = run_sweep(
-        args.config, out=args.out, dask_address=args.dask, progress=not args.quiet, processes=args.processes
-    )
+    config = SweepConfig.from_toml(args.config)
+    rows = [0]
+
+    def count(_row: Any) -> None:
+        rows[0] += 1
+
+    try:
+        path = run_sweep(
+            config,
+            out=resolve_out(config, args.out, Path(args.config)),
+            dask_address=args.dask,
+            progress=not args.quiet,
+            processes=args.processes,
+            on_row=count,
+        )
+    except KeyboardInterrupt:
+        where = resolve_out(config, args.out, Path(args.config))
+        saved = f"saved {rows[0]} new row(s) -> {where}" if rows[0] else "no new row saved"
+        print(f"\nccplan: interrupted; {saved} (rerun to resume)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"results -> {path}")
     return EXIT_OK
 

@@ -1082,6 +1082,9 @@ def _tie_to_parent(parent: int) -> None:
 
     if os.getppid() != parent:
         os._exit(1)
+    # Ctrl-C reaches the whole process group; the sweep process decides what happens (it
+    # stops the workers), so a worker prints no traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=watch, name="ccplan-parent-watch", daemon=True).start()
 
 
@@ -1106,6 +1109,12 @@ def _local_results(payloads: list[dict[str, Any]], processes: int) -> Iterator[d
                         "a sweep worker process died (out of memory or killed) while cells were running; "
                         f"finished cells are saved, rerun to resume (first unfinished: {running[0]})"
                     ) from None
+        except BaseException:
+            # Ctrl-C or a failure: running cells are abandoned (finished rows are on disk);
+            # waiting for them could take a whole cell time limit.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            raise
         finally:
             for f in futures:
                 f.cancel()
@@ -1171,7 +1180,9 @@ def _check_cell_sizes(cells: Sequence[Cell]) -> None:
             raise type(exc)(f"{where}: {exc}") from None
 
 
-def _resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:
+def resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:
+    """The result table's path: ``out``, else the config's ``run.out``, else
+    ``<config dir>/results/<name>.csv``."""
     if out is not None:
         return Path(out)
     if config.out is not None:
@@ -1225,7 +1236,7 @@ def run_sweep(
     if not isinstance(config, SweepConfig):
         config_path = Path(config)
         config = SweepConfig.from_toml(config_path)
-    path = _resolve_out(config, out, config_path)
+    path = resolve_out(config, out, config_path)
     nproc = processes if processes is not None else config.processes
     if nproc < 1:
         raise ValidationError(f"processes must be a positive integer, got {nproc!r}")

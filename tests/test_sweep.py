@@ -381,3 +381,40 @@ def test_oversized_cell_is_refused_before_any_cell(tmp_path):
     with pytest.raises(ResourceLimitError, match="chunks=1000000000"):
         run_sweep(cfg, out=out, progress=False)
     assert not out.exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_sweep_with_one_line_and_no_worker_left(tmp_path):
+    """SIGINT to the sweep's process group (what a terminal's Ctrl-C does) after two rows:
+    exit 130, one line naming the saved rows and the table, no traceback from any worker, and
+    the workers gone."""
+    sizes = [f"{i}MB" for i in range(1, 13)]
+    cfg = _write_config(tmp_path, sizes, sleep=1.0, processes=2)
+    out = tmp_path / "t.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccplan.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            workers = sorted(set(workers) | set(_children(proc.pid)))
+            if out.exists() and len(out.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _stdout, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    saved = len(out.read_text().splitlines()) - 1
+    assert lines == [f"ccplan: interrupted; saved {saved} new row(s) -> {out} (rerun to resume)"], err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.1)
+    assert workers and not any(_alive(p) for p in workers)
