@@ -654,6 +654,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def threading_main() -> bool:
+    """Whether this runs in the main thread (only it may install signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ccplan`` console script; returns the exit code.
 
@@ -676,6 +683,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    import signal
+
+    def _terminate(signum: int, frame: Any) -> None:
+        # SIGTERM (a job scheduler, `kill`) takes the Ctrl-C path: save what there is, exit 130.
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, _terminate) if threading_main() else None
     if not args.verbose:
         # Pyomo logs its own account of an interrupted or failed solve; ours is the one line.
         logging.getLogger("pyomo").setLevel(logging.CRITICAL)
@@ -707,8 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         print(
             "ccplan: error: out of memory (the work exceeded what the machine or the process limit "
-            "allows; lower --chunks or the topology size, or set --memory-budget lower to be "
-            "refused up front)",
+            "allows, and the up-front estimate did not catch it; lower --chunks or the topology size)",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -725,6 +738,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ccplan import limits as _limits
 
         _limits.set_memory_budget(None)
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 if __name__ == "__main__":

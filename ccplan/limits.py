@@ -62,6 +62,10 @@ BYTES_PER_LINK_SLOT = 200
 """One occupied (link, slot) record in the reservation tables and the verifier."""
 BYTES_PER_HORIZON_SLOT = 64
 """One slot of the horizon in per-slot arrays (plots, progress, layered construction)."""
+BYTES_PER_NODE = 400
+"""One node: its object and its entries in the per-node index tables."""
+BYTES_PER_LINK = 400
+"""One directed link: its object, the duplex tuple it came from, the index tables."""
 BYTES_PER_SEND = 600
 """One send of a loaded schedule (object, JSON form, verifier state)."""
 
@@ -182,6 +186,12 @@ class Estimate:
                 f"memory budget of {_gb(cap)} (raise it with --memory-budget or {BUDGET_ENV})"
             )
         return self
+
+
+def estimate_topology(name: str, num_nodes: int, num_links: int) -> Estimate:
+    """Memory of a topology's node and link objects and their index tables."""
+    total = num_nodes * BYTES_PER_NODE + num_links * BYTES_PER_LINK
+    return Estimate("topology", float(total), f"topology {name} with {num_nodes} nodes and {num_links} links")
 
 
 def estimate_collective(kind: str, num_gpus: int, chunks: int) -> Estimate:
