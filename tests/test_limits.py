@@ -232,3 +232,18 @@ def test_deadline():
         Deadline.after(0).check()
     Deadline.after(None).check()
     assert Deadline.after(None).remaining() == float("inf")
+
+
+@pytest.mark.parametrize("method", ["heuristic", "mteg", "layered", "ring", "recursive-doubling"])
+def test_every_heuristic_engine_checks_the_clock(method):
+    """A limit that has passed before the first stage completes: the engine stops and says so
+    (no schedule, status unknown, the reason in details) instead of finishing anyway; with a
+    normal limit the same instance gets a verified schedule at or above the lower bound."""
+    topo = resolve_topology("dgx1")
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=4), "1MB")
+    res = solve(inst, method, SolveOptions(time_limit=1e-6))
+    assert res.schedule is None and res.status == "unknown" and not res.verified
+    assert "time limit" in str(res.details.get("reason"))
+    res = solve(inst, method, SolveOptions(time_limit=10))
+    assert res.verified and res.makespan_slots is not None
+    assert res.makespan_slots >= res.lower_bound_slots

@@ -480,7 +480,8 @@ def order_tasks(tasks: Sequence[Task], options: MtegOptions) -> list[Task]:
     if options.interleave:
         # round-robin over the chunk index at the source: (s0,c0), (s1,c0), ..., (s0,c1), ...
         # (a stable sort keeps the size order within one chunk index; ordered.index() here
-        # made the ordering quadratic: 166 s for 16000 tasks)
+        # made the ordering quadratic: DGX-1 AllGather with C=2000, 16000 tasks, spent about
+        # 22 of its 30 s ordering them; now 0.03 s)
         ordered = sorted(ordered, key=lambda k: k.chunks[0][1])
     if options.order == "reverse":
         ordered.reverse()

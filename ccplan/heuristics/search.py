@@ -23,10 +23,15 @@ this order until the budget is spent or a schedule reaches the lower bound of
 
 Every candidate goes through :func:`ccplan.schedule.verify`; only verified schedules count.
 Effort (``options.extra["effort"]``): ``"quick"`` runs items 1-4 only (no budget),
-``"normal"`` (default) all items within ``time_limit`` (default 5 s; item 1 always runs, the
-others only while budget is left), ``"thorough"`` the same with a 20 s default budget. A
-given ``time_limit`` overrides the effort's default. ``Outcome.details`` names the winning
-variant and lists every variant's makespan.
+``"normal"`` (default) all items within a 5 s budget, ``"thorough"`` the same with 20 s.
+Every stage checks the clock (before each Takahashi-Matsuyama search, each layer, each
+rip-up iteration) and a stage cut short is dropped. Without ``time_limit`` the first
+complete schedule is always built and the budget stops the later stages; a given
+``time_limit`` is a hard limit for all stages, and item 1 then starts with the per-chunk-tree
+variant (the cheapest when a task has many chunks). If no stage completes within it, the
+engine returns no schedule and says why in ``details["reason"]``. Ctrl-C returns the best
+verified schedule so far with ``details["interrupted"] = True``. ``Outcome.details`` names the
+winning variant and lists every variant's makespan.
 
 Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
 ``effort="quick"`` is fully deterministic.
