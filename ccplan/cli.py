@@ -68,6 +68,10 @@ def _instance(args: argparse.Namespace) -> Any:
         raise ValidationError(
             f"--root {args.root}: {args.collective} has no root (--root applies to {rooted})"
         )
+    if args.tau_rule == "explicit" and args.tau_us is None:
+        raise ValidationError("--tau-rule explicit needs --tau-us (the slot length in microseconds)")
+    if args.tau_us is not None and args.tau_rule != "explicit":
+        raise ValidationError("--tau-us applies only with --tau-rule explicit")
     if args.dests is not None and args.collective != "multicast":
         raise ValidationError(
             f"--dests {args.dests}: only multicast takes destinations, not {args.collective}"
@@ -85,6 +89,50 @@ def _instance(args: argparse.Namespace) -> Any:
         alpha_threshold=args.alpha_threshold,
         single_port=args.single_port,
     )
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (the message names the flag via argparse)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
@@ -110,10 +158,10 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         choices=["fastest", "slowest", "explicit"],
         help="slot length from the fastest link (paper, default), the slowest, or --tau-us",
     )
-    g.add_argument("--tau-us", type=float, help="explicit slot length in microseconds")
+    g.add_argument("--tau-us", type=_positive_float, help="explicit slot length in microseconds")
     g.add_argument(
         "--alpha-threshold",
-        type=float,
+        type=_nonneg_float,
         default=0.1,
         help="alpha/tau at or below this counts as 0 slots (default 0.1, as TE-CCL)",
     )
@@ -516,11 +564,13 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--method", default="heuristic", help=f"engine: {', '.join(method_names())} (default heuristic)"
     )
-    g.add_argument("--time-limit", type=float, help="seconds for the engine")
-    g.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
+    g.add_argument("--time-limit", type=_positive_float, help="seconds for the engine")
+    g.add_argument("--workers", type=_positive_int, default=2, help="CP-SAT workers (default 2)")
     g.add_argument("--seed", type=int, default=0, help="random seed")
     g.add_argument(
-        "--horizon", type=int, help="slot horizon H for the MILP (default: the heuristic's makespan)"
+        "--horizon",
+        type=_positive_int,
+        help="slot horizon H for the MILP (default: the heuristic's makespan)",
     )
     g.add_argument(
         "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
@@ -543,7 +593,7 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
 def _add_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
     p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.add_argument("--max-violations", type=int, default=20, help="violations to print (default 20)")
+    p.add_argument("--max-violations", type=_nonneg_int, default=20, help="violations to print (default 20)")
 
 
 def _add_bounds(p: argparse.ArgumentParser) -> None:
@@ -552,7 +602,7 @@ def _add_bounds(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--upper-method", default="heuristic", help="method giving the upper bound (default heuristic)"
     )
-    p.add_argument("--time-limit", type=float, help="seconds for the upper-bound heuristic")
+    p.add_argument("--time-limit", type=_positive_float, help="seconds for the upper-bound heuristic")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -566,10 +616,10 @@ def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="MSCCL protocol")
     p.add_argument(
         "--channels",
-        type=int,
+        type=_positive_int,
         help="MSCCL channels (default: the fewest whose thread blocks fit the dialect's step limit)",
     )
-    p.add_argument("--instances", type=int, default=1, help="MSCCL instances")
+    p.add_argument("--instances", type=_positive_int, default=1, help="MSCCL instances")
     place = p.add_mutually_exclusive_group()
     place.add_argument(
         "--out-of-place", action="store_true", help="out-of-place buffers (default: in-place where possible)"
@@ -598,14 +648,16 @@ def _add_plot_progress(p: argparse.ArgumentParser) -> None:
 
 def _add_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
-    p.add_argument("--reduce-cost", type=float, default=0.0, help="reduce cost in us per byte (default 0)")
+    p.add_argument(
+        "--reduce-cost", type=_nonneg_float, default=0.0, help="reduce cost in us per byte (default 0)"
+    )
 
 
 def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="sweep configuration (TOML), e.g. sweeps/smoke.toml")
     p.add_argument("--out", help="result table (CSV); default: the config's run.out")
     p.add_argument("--dask", metavar="ADDRESS", help="run the cells on a Dask distributed scheduler")
-    p.add_argument("--processes", type=int, help="local worker processes (default 2)")
+    p.add_argument("--processes", type=_positive_int, help="local worker processes (default 2)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -672,6 +724,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line already printed), --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
         print("ccplan: interrupted; nothing saved", file=sys.stderr)
         return EXIT_INTERRUPTED
