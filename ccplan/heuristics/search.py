@@ -27,9 +27,11 @@ Effort (``options.extra["effort"]``): ``"quick"`` runs items 1-4 only (no budget
 Every stage checks the clock (before each Takahashi-Matsuyama search, each layer, each
 rip-up iteration) and a stage cut short is dropped. Without ``time_limit`` the first
 complete schedule is always built and the budget stops the later stages; a given
-``time_limit`` is a hard limit for all stages, and item 1 then starts with the per-chunk-tree
-variant (the cheapest when a task has many chunks). If no stage completes within it, the
-engine returns no schedule and says why in ``details["reason"]``. Ctrl-C returns the best
+``time_limit`` is a hard limit for all stages: the portfolio then starts with the classic ring
+(:mod:`ccplan.heuristics.baselines`, for the collectives it implements: seconds even for
+16000 chunks) as a safety net, and item 1 with the per-chunk-tree variant (the cheapest
+when a task has many chunks). If no stage completes within the limit, the engine returns no
+schedule and says why in ``details["reason"]``. Ctrl-C returns the best
 verified schedule so far with ``details["interrupted"] = True``. ``Outcome.details`` names the
 winning variant and lists every variant's makespan.
 
@@ -45,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ccplan.errors import ValidationError
+from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
     MtegOptions,
@@ -64,6 +66,9 @@ from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
 log = logging.getLogger(__name__)
+
+SAFETY_NET = "ring"
+"""Baseline run first under a hard time limit, so that a schedule exists early."""
 
 RESTART_SHARE = 0.3
 """Share of the budget for random-order restarts; rip-up-and-reroute gets the rest."""
@@ -157,7 +162,9 @@ def heuristic_search(
         cands.append(cand)
         if result is not None:
             mteg_runs.append(result)
-        if best is None or cand.makespan < best.makespan:
+        if best is None or cand.makespan < best.makespan or (
+            cand.makespan == best.makespan and best.label == SAFETY_NET
+        ):
             best = cand
 
     def mteg(opts: MtegOptions) -> None:
@@ -181,7 +188,27 @@ def heuristic_search(
         # restarts and squeaky wheel get the first 30 % of the budget, rip-up-and-reroute the rest
         return time.perf_counter() - start >= RESTART_SHARE * budget or hard.expired
 
+    def safety_net() -> None:
+        # Under a hard limit, a classic ring (seconds even for 16000 chunks) first, so that a
+        # verified schedule exists when no MTEG variant completes in time.
+        from ccplan.heuristics.baselines import supports
+        from ccplan.methods import get_engine
+
+        left = hard.remaining()
+        if not supports(SAFETY_NET, instance.collective.kind) or left <= 0:
+            return
+        try:
+            out = get_engine(SAFETY_NET)(instance, SolveOptions(time_limit=left))
+        except (CCPlanError, RecursionError) as exc:  # no ring through this topology
+            log.debug("heuristic: no %s fallback: %s", SAFETY_NET, exc)
+            return
+        if out.schedule is not None:
+            schedule = out.schedule
+            consider(SAFETY_NET, lambda: schedule)
+
     def run_all() -> None:
+        if time_limit is not None:
+            safety_net()
         for step in _fixed_variants(multi_chunk, cheap_first=time_limit is not None):
             if done() or hard.expired:
                 break
