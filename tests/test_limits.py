@@ -76,7 +76,7 @@ def _two_gpus(name: str, bw01: float, bw10: float, alpha01: float = 0.0) -> Topo
         # AllGather on 100000 GPUs: 1e10 (chunk, node) entries
         (["solve", "--topology", "ring", "--topo-arg", "n=100000", "--size", "1MB"], "100000 GPUs"),
         (["bounds", "--topology", "ring", "--topo-arg", "n=100000", "--size", "1MB"], "100000 GPUs"),
-        # tau = 1 fs against 0.25 us chunk transfers: 2.5e5 slots per hop, 1.4e11 link-slots
+        # tau = 1e-9 us against 2.5 us chunk transfers: 2.5e9 slots per hop, 1.4e11 link-slots
         (["bounds", "--topology", "ring", "--tau-rule", "explicit", "--tau-us", "1e-9"], "link-slots"),
         (["solve", "--topology", "ring", "--tau-rule", "explicit", "--tau-us", "1e-9"], "link-slots"),
         # an explicit tau so small that one hop is more than 1e12 slots: refused when built
