@@ -314,6 +314,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         try:
             result = solve(instance, args.method, options)
         except SolveInterrupted as stop:
+            _stopping["handled"] = True
             saved: list[tuple[str, Path]] = []
             partial = cast("Result | None", stop.result)
             if partial is not None:
@@ -526,6 +527,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             on_row=count,
         )
     except KeyboardInterrupt:
+        _stopping["handled"] = True
         where = resolve_out(config, args.out, Path(args.config))
         saved = f"saved {rows[0]} new row(s) -> {where}" if rows[0] else "no new row saved"
         print(f"\nccplan: interrupted; {saved} (rerun to resume)", file=sys.stderr)
@@ -706,6 +708,75 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+STOP_GRACE_SECONDS = 15.0
+"""After Ctrl-C/SIGTERM, how long an engine stuck in native code may take to return before
+the process ends anyway (exit 130, nothing saved)."""
+
+_stopping = {"handled": False}
+
+
+def _watch_signals() -> Callable[[], None]:
+    """Notice Ctrl-C/SIGTERM at once, even while the main thread is inside native code.
+
+    Python runs its signal handlers only when the main thread returns to the interpreter; a
+    solver in C++ may not for the rest of its time limit. The C-level handler also writes the
+    signal number to a wakeup pipe, which a helper thread reads: it asks registered engines to
+    stop (:func:`ccplan.limits.on_stop`) and, if the command has not taken the interrupt path
+    within :data:`STOP_GRACE_SECONDS`, ends the process with the one promised line.
+    Returns the function that undoes the setup.
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # pragma: no cover - not the main interpreter
+        os.close(read_fd)
+        os.close(write_fd)
+        return lambda: None
+    wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+
+    def watch() -> None:
+        from ccplan import limits
+
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if not wanted & set(data):
+                continue
+            limits.request_stop()
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while time.monotonic() < deadline:
+                if _stopping["handled"]:
+                    return
+                time.sleep(0.1)
+            if not _stopping["handled"]:
+                os.write(
+                    2,
+                    b"ccplan: interrupted; nothing saved (the engine did not stop within "
+                    + f"{STOP_GRACE_SECONDS:g} s)\n".encode(),
+                )
+                os._exit(EXIT_INTERRUPTED)
+
+    threading.Thread(target=watch, name="ccplan-signal-watch", daemon=True).start()
+
+    def undo() -> None:
+        signal.set_wakeup_fd(old_fd)
+        os.close(write_fd)  # the watcher's read returns b"" and it ends
+        os.close(read_fd)
+
+    return undo
+
+
 def threading_main() -> bool:
     """Whether this runs in the main thread (only it may install signal handlers)."""
     import threading
@@ -744,6 +815,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     old_term = signal.signal(signal.SIGTERM, _terminate) if threading_main() else None
+    _stopping["handled"] = False
+    unwatch = _watch_signals()
     if not args.verbose:
         # Pyomo logs its own account of an interrupted or failed solve; ours is the one line.
         logging.getLogger("pyomo").setLevel(logging.CRITICAL)
@@ -759,6 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ccplan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        _stopping["handled"] = True
         print("ccplan: interrupted; nothing saved", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -792,6 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ccplan import limits as _limits
 
         _limits.set_memory_budget(None)
+        unwatch()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 

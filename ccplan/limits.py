@@ -349,3 +349,41 @@ class Deadline:
 
 NEVER = Deadline()
 """The deadline that never passes (no ``--time-limit``)."""
+
+
+# --------------------------------------------------------------------------- stopping on Ctrl-C
+_stop_callbacks: list[Callable[[], None]] = []
+
+
+def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
+    """Register ``callback`` to run when the user asks to stop (Ctrl-C, SIGTERM).
+
+    For an engine whose search runs in native code, where Python's own Ctrl-C handling waits
+    for the call to return: e.g. ``remove = on_stop(solver.StopSearch)`` before the solve and
+    ``remove()`` after it. The CLI calls the callbacks from a helper thread as soon as the
+    signal arrives; the engine then returns its best schedule with ``details["interrupted"]``.
+
+    Returns
+    -------
+    callable
+        Removes the callback again.
+    """
+    _stop_callbacks.append(callback)
+
+    def remove() -> None:
+        if callback in _stop_callbacks:
+            _stop_callbacks.remove(callback)
+
+    return remove
+
+
+def request_stop() -> int:
+    """Run every registered stop callback (errors are logged, not raised); return how many ran."""
+    ran = 0
+    for callback in list(_stop_callbacks):
+        try:
+            callback()
+            ran += 1
+        except Exception:  # a failing callback must not hide the others
+            log.exception("stop callback %r failed", callback)
+    return ran

@@ -323,3 +323,55 @@ def test_sigterm_takes_the_ctrl_c_path(tmp_path):
     _stdout, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("ccplan: interrupted; saved schedule -> ")
+
+
+BLOCKING_ENGINE = """
+import hashlib
+import sys
+from pathlib import Path
+import ccplan.cli
+from ccplan.limits import on_stop
+from ccplan.methods import register
+
+flag = Path(sys.argv[1])
+
+@register("blocker")
+def blocker(instance, options):
+    on_stop(lambda: flag.write_text("stop requested"))
+    print("engine started", file=sys.stderr, flush=True)
+    # A native call that releases the GIL and never returns to the interpreter, like a
+    # solver's search: Python's own Ctrl-C handler cannot run until it ends (minutes).
+    hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
+
+ccplan.cli.STOP_GRACE_SECONDS = 1.0
+sys.exit(ccplan.cli.main(["solve", "--topology", "ring", "--method", "blocker", "--quiet"]))
+"""
+
+
+def test_ctrl_c_ends_an_engine_stuck_in_native_code(tmp_path):
+    """An engine inside a long native call (a C loop that never returns to the interpreter):
+    Ctrl-C reaches its stop callback at once, and when it still does not return within the
+    grace period the process ends with exit 130 and the one line, instead of ignoring Ctrl-C."""
+    import os
+    import signal
+    import time
+
+    flag = tmp_path / "stop.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKING_ENGINE, str(flag)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().strip() == "engine started"
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 130
+    assert err.strip() == "ccplan: interrupted; nothing saved (the engine did not stop within 1 s)"
+    assert flag.read_text() == "stop requested"
