@@ -712,7 +712,9 @@ STOP_GRACE_SECONDS = 15.0
 """After Ctrl-C/SIGTERM, how long an engine stuck in native code may take to return before
 the process ends anyway (exit 130, nothing saved)."""
 
-_stopping = {"handled": False}
+_stopping = {"handled": False, "generation": 0}
+"""``handled``: the command took the interrupt path; ``generation`` changes when a ``main()``
+call ends, so a watcher of an earlier call never ends a later one."""
 
 
 def _watch_signals() -> Callable[[], None]:
@@ -740,39 +742,51 @@ def _watch_signals() -> Callable[[], None]:
         os.close(write_fd)
         return lambda: None
     wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+    generation = _stopping["generation"]
 
-    def watch() -> None:
+    def current() -> bool:
+        return _stopping["generation"] == generation and not _stopping["handled"]
+
+    def grace() -> None:
         from ccplan import limits
 
-        while True:
-            try:
+        limits.request_stop()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            if not current():
+                return
+            time.sleep(0.1)
+        if current():
+            os.write(
+                2,
+                b"ccplan: interrupted; nothing saved (the engine did not stop within "
+                + f"{STOP_GRACE_SECONDS:g} s)\n".encode(),
+            )
+            os._exit(EXIT_INTERRUPTED)
+
+    def watch() -> None:
+        # Keep draining the pipe until undo() closes its write end, so that later signals
+        # never find it full or closed.
+        started = False
+        try:
+            while True:
                 data = os.read(read_fd, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            if not wanted & set(data):
-                continue
-            limits.request_stop()
-            deadline = time.monotonic() + STOP_GRACE_SECONDS
-            while time.monotonic() < deadline:
-                if _stopping["handled"]:
+                if not data:
                     return
-                time.sleep(0.1)
-            if not _stopping["handled"]:
-                os.write(
-                    2,
-                    b"ccplan: interrupted; nothing saved (the engine did not stop within "
-                    + f"{STOP_GRACE_SECONDS:g} s)\n".encode(),
-                )
-                os._exit(EXIT_INTERRUPTED)
+                if wanted & set(data) and not started:
+                    started = True
+                    threading.Thread(target=grace, name="ccplan-stop-grace", daemon=True).start()
+        except OSError:
+            return
+        finally:
+            os.close(read_fd)  # only this thread reads it, so only it closes it
 
     threading.Thread(target=watch, name="ccplan-signal-watch", daemon=True).start()
 
     def undo() -> None:
+        _stopping["generation"] += 1
         signal.set_wakeup_fd(old_fd)
         os.close(write_fd)  # the watcher's read returns b"" and it ends
-        os.close(read_fd)
 
     return undo
 
