@@ -15,9 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ccplan.errors import CCPlanError, ValidationError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from ccplan.methods import Result
 
 EXIT_OK = 0
 EXIT_VIOLATION = 1
@@ -58,7 +61,21 @@ def _parse_dests(text: str | None) -> tuple[int, ...] | None:
 
 def _instance(args: argparse.Namespace) -> Any:
     from ccplan.instances import make_collective, make_instance
+    from ccplan.instances.collectives import ROOTED
 
+    if args.root is not None and args.collective not in ROOTED:
+        rooted = ", ".join(sorted(ROOTED))
+        raise ValidationError(
+            f"--root {args.root}: {args.collective} has no root (--root applies to {rooted})"
+        )
+    if args.tau_rule == "explicit" and args.tau_us is None:
+        raise ValidationError("--tau-rule explicit needs --tau-us (the slot length in microseconds)")
+    if args.tau_us is not None and args.tau_rule != "explicit":
+        raise ValidationError("--tau-us applies only with --tau-rule explicit")
+    if args.dests is not None and args.collective != "multicast":
+        raise ValidationError(
+            f"--dests {args.dests}: only multicast takes destinations, not {args.collective}"
+        )
     topology = _topology(args)
     collective = make_collective(
         args.collective, topology, chunks=args.chunks, root=args.root, dests=_parse_dests(args.dests)
@@ -72,6 +89,50 @@ def _instance(args: argparse.Namespace) -> Any:
         alpha_threshold=args.alpha_threshold,
         single_port=args.single_port,
     )
+
+
+def _positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (the message names the flag via argparse)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def _nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
@@ -97,10 +158,10 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         choices=["fastest", "slowest", "explicit"],
         help="slot length from the fastest link (paper, default), the slowest, or --tau-us",
     )
-    g.add_argument("--tau-us", type=float, help="explicit slot length in microseconds")
+    g.add_argument("--tau-us", type=_positive_float, help="explicit slot length in microseconds")
     g.add_argument(
         "--alpha-threshold",
-        type=float,
+        type=_nonneg_float,
         default=0.1,
         help="alpha/tau at or below this counts as 0 slots (default 0.1, as TE-CCL)",
     )
@@ -108,9 +169,9 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
+    from ccplan.export.atomic import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:
@@ -120,15 +181,29 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
         return "yes" if value else "no"
     if isinstance(value, float) and math.isinf(value):
         return "inf"
+    if isinstance(value, int) and spec == ".4g":
+        return str(value)  # slot counts and bounds are exact: never 3.28e+06 for 3280010
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 
 def _check_writable(*paths: Path | None) -> None:
+    from ccplan.export.atomic import check_target
+
     for path in paths:
-        if path is not None and not path.parent.exists():
-            raise ValidationError(
-                f"cannot write {str(path)!r}: directory {str(path.parent)!r} does not exist"
-            )
+        if path is not None:
+            check_target(path, "output")
+
+
+def _set_status(args: argparse.Namespace, code: int) -> int:
+    # Recorded before printing, so a broken pipe (`ccplan verify ... | head -1`) keeps it.
+    args._status = code
+    return code
+
+
+def _saved_line(saved: Sequence[tuple[str, Path]]) -> str:
+    if not saved:
+        return "nothing saved"
+    return "saved " + ", ".join(f"{what} -> {path}" for what, path in saved)
 
 
 # --------------------------------------------------------------------------- commands
@@ -173,16 +248,46 @@ def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | Non
     return show
 
 
-def cmd_solve(args: argparse.Namespace) -> int:
-    from ccplan.methods import SolveOptions, get_engine, solve
+EXIT_NO_SCHEDULE = 3
+EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130
+
+_SOLVE_OUTPUTS = {
+    "schedule": "--out",
+    "report": "--report",
+    "solver log": "--log",
+    "progress": "--progress",
+    "model": "--dump-model",
+}
+
+
+def _solve_outputs(args: argparse.Namespace) -> Any:
+    from ccplan.export.atomic import OutputSet
+
+    paths = {
+        "schedule": args.out,
+        "report": args.report,
+        "solver log": args.log,
+        "progress": args.progress,
+        "model": args.dump_model,
+    }
+    return OutputSet({k: Path(v) if v else None for k, v in paths.items()}, _SOLVE_OUTPUTS)
+
+
+def _stage_result(outputs: Any, result: Any, data: dict[str, Any]) -> None:
     from ccplan.schedule import save_schedule
 
-    out = Path(args.out) if args.out else None
-    report_path = Path(args.report) if args.report else None
-    log_path = Path(args.log) if args.log else None
-    progress_path = Path(args.progress) if args.progress else None
-    dump = Path(args.dump_model) if args.dump_model else None
-    _check_writable(out, report_path, log_path, progress_path, dump)
+    staged = outputs.path("schedule")
+    if result.schedule is not None and staged is not None:
+        save_schedule(staged, result.instance, result.schedule)
+    outputs.write_text("report", json.dumps(data, indent=1) + "\n")
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    from ccplan.errors import SolveInterrupted
+    from ccplan.methods import SolveOptions, get_engine, solve
+
+    outputs = _solve_outputs(args)  # bad output paths fail before any work starts
     instance = _instance(args)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
@@ -198,19 +303,30 @@ def cmd_solve(args: argparse.Namespace) -> int:
         seed=args.seed,
         horizon=args.horizon,
         warm_start=not args.no_warm_start,
-        log_path=log_path,
-        progress_path=progress_path,
-        dump_model=dump,
+        log_path=outputs.path("solver log"),
+        progress_path=outputs.path("progress"),
+        dump_model=outputs.path("model"),
         extra=extra,
     )
     if not args.quiet:
         print(f"solving {instance.describe()} with {args.method} ...", file=sys.stderr, flush=True)
-    result = solve(instance, args.method, options)
-    data = result.to_dict(instance)
-    if result.schedule is not None and out is not None:
-        save_schedule(out, instance, result.schedule)
-    if report_path is not None:
-        _write_json(report_path, data)
+    try:
+        try:
+            result = solve(instance, args.method, options)
+        except SolveInterrupted as stop:
+            _stopping["handled"] = True
+            saved: list[tuple[str, Path]] = []
+            partial = cast("Result | None", stop.result)
+            if partial is not None:
+                _stage_result(outputs, partial, partial.to_dict())
+                saved = outputs.commit()
+            print(f"ccplan: interrupted; {_saved_line(saved)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        data = result.to_dict()
+        _stage_result(outputs, result, data)
+        written = outputs.commit()
+    finally:
+        outputs.discard()
     if args.json:
         print(json.dumps(data, indent=1))
     else:
@@ -219,7 +335,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             ("method", data["method"]),
             ("status", data["status"]),
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
-            ("lower bound", f"{data['lower_bound_slots']} slots (gap {_fmt(data['gap'], '.1%')})"),
+            ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots (gap {_fmt(data['gap'], '.1%')})"),
             ("algbw", f"{_fmt(data['algbw_GBps'])} GB/s"),
             ("verified", str(data["verified"])),
             ("sends", _fmt(data["num_sends"])),
@@ -228,16 +344,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"{key:<{width}}  {value}")
-        for written, what in (
-            (out, "schedule"),
-            (report_path, "report"),
-            (log_path, "solver log"),
-            (progress_path, "progress"),
-            (dump, "model"),
-        ):
-            if written is not None and written.exists():
-                print(f"{what:<{width}}  -> {written}")
-    if result.schedule is not None and not result.verified:
+        for what, path in written:
+            print(f"{what:<{width}}  -> {path}")
+    if result.schedule is None:
+        why = result.details.get("reason") or f"status {result.status}"
+        print(f"ccplan: error: {args.method} found no schedule ({why})", file=sys.stderr)
+        return EXIT_NO_SCHEDULE
+    if not result.verified:
         print("ccplan: error: the schedule failed verification (see the report)", file=sys.stderr)
         return EXIT_VIOLATION
     return EXIT_OK
@@ -248,6 +361,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     instance, schedule = load_schedule(args.schedule)
     report = verify(instance, schedule)
+    _set_status(args, EXIT_OK if report.ok else EXIT_VIOLATION)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:
@@ -266,8 +380,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.bounds import compute_bounds
+    from ccplan.limits import estimate_solve
 
     instance = _instance(args)
+    estimate_solve(instance).check()
     bounds = compute_bounds(instance)
     data: dict[str, Any] = {"instance": instance.describe(), "tau_us": instance.tau_us, **bounds.to_dict()}
     if not args.no_upper:
@@ -278,6 +394,8 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         data["upper_bound_slots"] = res.makespan_slots
         data["upper_bound_us"] = res.makespan_us
         data["upper_bound_verified"] = res.verified
+        if res.schedule is not None:
+            data["upper_bound_gap"] = res.gap
     if args.json:
         print(json.dumps(data, indent=1))
         return EXIT_OK
@@ -296,40 +414,48 @@ def cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ccplan.export.atomic import OutputSet
     from ccplan.schedule import load_schedule, save_schedule
 
+    outputs = OutputSet({"out": Path(args.out)})
     instance, schedule = load_schedule(args.schedule)
-    out = Path(args.out)
-    _check_writable(out)
+    staged = outputs.path("out")
+    assert staged is not None
     fmt = args.format
-    if fmt == "json":
-        save_schedule(out, instance, schedule)
-    elif fmt == "timeline":
-        from ccplan.export.schedule_json import write_timeline
+    note = ""
+    try:
+        if fmt == "json":
+            save_schedule(staged, instance, schedule)
+        elif fmt == "timeline":
+            from ccplan.export.schedule_json import write_timeline
 
-        write_timeline(out, instance, schedule)
-    elif fmt == "msccl-xml":
-        from ccplan.export.msccl import to_msccl_xml
+            write_timeline(staged, instance, schedule)
+        elif fmt == "msccl-xml":
+            from ccplan.export.msccl import export_msccl
 
-        text = to_msccl_xml(
-            instance,
-            schedule,
-            dialect=args.dialect,
-            proto=args.proto,
-            channels=args.channels,
-            instances=args.instances,
-            inplace=not args.out_of_place,
-        )
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out)
-    elif fmt in ("gantt", "utilization"):
-        from ccplan.export import plots
+            choice = export_msccl(
+                instance,
+                schedule,
+                dialect=args.dialect,
+                proto=args.proto,
+                channels=args.channels,
+                instances=args.instances,
+                inplace=False if args.out_of_place else (True if args.in_place else None),
+                switches=args.switches,
+            )
+            outputs.write_text("out", choice.text)
+            note = f" ({choice.channels} channel(s), {'in' if choice.inplace else 'out-of'}-place)"
+        elif fmt in ("gantt", "utilization"):
+            from ccplan.export import plots
 
-        getattr(plots, fmt)(instance, schedule, out)
-    else:  # argparse restricts choices; kept for mypy's exhaustiveness
-        raise ValidationError(f"unknown export format {fmt!r}")
-    print(f"wrote {out}")
+            getattr(plots, fmt)(instance, schedule, staged)
+        else:  # argparse restricts choices; kept for mypy's exhaustiveness
+            raise ValidationError(f"unknown export format {fmt!r}")
+        written = outputs.commit()
+    finally:
+        outputs.discard()
+    for _what, path in written:
+        print(f"wrote {path}{note}")
     return EXIT_OK
 
 
@@ -354,12 +480,19 @@ def cmd_validate_xml(args: argparse.Namespace) -> int:
 
 
 def cmd_plot_progress(args: argparse.Namespace) -> int:
+    from ccplan.export.atomic import OutputSet
     from ccplan.export.plots import plot_progress
 
-    out = Path(args.out)
-    _check_writable(out)
-    plot_progress(Path(args.csv), out)
-    print(f"wrote {out}")
+    outputs = OutputSet({"out": Path(args.out)})
+    staged = outputs.path("out")
+    assert staged is not None
+    try:
+        plot_progress(Path(args.csv), staged)
+        written = outputs.commit()
+    finally:
+        outputs.discard()
+    for _what, path in written:
+        print(f"wrote {path}")
     return EXIT_OK
 
 
@@ -376,11 +509,29 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ccplan.sweep import run_sweep
+    from ccplan.sweep import SweepConfig, resolve_out, run_sweep
 
-    path = run_sweep(
-        args.config, out=args.out, dask_address=args.dask, progress=not args.quiet, processes=args.processes
-    )
+    config = SweepConfig.from_toml(args.config)
+    rows = [0]
+
+    def count(_row: Any) -> None:
+        rows[0] += 1
+
+    try:
+        path = run_sweep(
+            config,
+            out=resolve_out(config, args.out, Path(args.config)),
+            dask_address=args.dask,
+            progress=not args.quiet,
+            processes=args.processes,
+            on_row=count,
+        )
+    except KeyboardInterrupt:
+        _stopping["handled"] = True
+        where = resolve_out(config, args.out, Path(args.config))
+        saved = f"saved {rows[0]} new row(s) -> {where}" if rows[0] else "no new row saved"
+        print(f"\nccplan: interrupted; {saved} (rerun to resume)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"results -> {path}")
     return EXIT_OK
 
@@ -476,8 +627,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     except SolveInterrupted as exc:
         # The finished cells' report is on disk; say where, exit like any Ctrl-C.
+        _stopping["handled"] = True
         print(f"ccplan: {exc}", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     print(f"{'collective':<14} {'size':>8} {'method':<10} {'time us':>10} {'bound us':>10} {'gap':>6}  xml")
     for b in result.best:
         if "method" not in b:
@@ -522,11 +674,13 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--method", default="heuristic", help=f"engine: {', '.join(method_names())} (default heuristic)"
     )
-    g.add_argument("--time-limit", type=float, help="seconds for the engine")
-    g.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
+    g.add_argument("--time-limit", type=_positive_float, help="seconds for the engine")
+    g.add_argument("--workers", type=_positive_int, default=2, help="CP-SAT workers (default 2)")
     g.add_argument("--seed", type=int, default=0, help="random seed")
     g.add_argument(
-        "--horizon", type=int, help="slot horizon H for the MILP (default: the heuristic's makespan)"
+        "--horizon",
+        type=_positive_int,
+        help="slot horizon H for the MILP (default: the heuristic's makespan)",
     )
     g.add_argument(
         "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
@@ -549,7 +703,7 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
 def _add_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
     p.add_argument("--json", action="store_true", help="machine-readable report")
-    p.add_argument("--max-violations", type=int, default=20, help="violations to print (default 20)")
+    p.add_argument("--max-violations", type=_nonneg_int, default=20, help="violations to print (default 20)")
 
 
 def _add_bounds(p: argparse.ArgumentParser) -> None:
@@ -558,7 +712,7 @@ def _add_bounds(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--upper-method", default="heuristic", help="method giving the upper bound (default heuristic)"
     )
-    p.add_argument("--time-limit", type=float, help="seconds for the upper-bound heuristic")
+    p.add_argument("--time-limit", type=_positive_float, help="seconds for the upper-bound heuristic")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -570,9 +724,17 @@ def _add_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="output file (.xml, .json, .png, .svg)")
     p.add_argument("--dialect", default="executor", choices=["executor", "legacy"], help="MSCCL XML dialect")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"], help="MSCCL protocol")
-    p.add_argument("--channels", type=int, default=1, help="MSCCL channels")
-    p.add_argument("--instances", type=int, default=1, help="MSCCL instances")
-    p.add_argument("--out-of-place", action="store_true", help="out-of-place buffers (default in-place)")
+    p.add_argument(
+        "--channels",
+        type=_positive_int,
+        help="MSCCL channels (default: the fewest whose thread blocks fit the dialect's step limit)",
+    )
+    p.add_argument("--instances", type=_positive_int, default=1, help="MSCCL instances")
+    place = p.add_mutually_exclusive_group()
+    place.add_argument(
+        "--out-of-place", action="store_true", help="out-of-place buffers (default: in-place where possible)"
+    )
+    place.add_argument("--in-place", action="store_true", help="in-place buffers only (fail if impossible)")
     p.add_argument(
         "--switches",
         default="collapse",
@@ -596,14 +758,16 @@ def _add_plot_progress(p: argparse.ArgumentParser) -> None:
 
 def _add_simulate(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule JSON file")
-    p.add_argument("--reduce-cost", type=float, default=0.0, help="reduce cost in us per byte (default 0)")
+    p.add_argument(
+        "--reduce-cost", type=_nonneg_float, default=0.0, help="reduce cost in us per byte (default 0)"
+    )
 
 
 def _add_sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="sweep configuration (TOML), e.g. sweeps/smoke.toml")
     p.add_argument("--out", help="result table (CSV); default: the config's run.out")
     p.add_argument("--dask", metavar="ADDRESS", help="run the cells on a Dask distributed scheduler")
-    p.add_argument("--processes", type=int, help="local worker processes (default 2)")
+    p.add_argument("--processes", type=_positive_int, help="local worker processes (default 2)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -697,6 +861,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ccplan", description="Topology-aware schedules for collective communication.")
     parser.add_argument("--version", action="version", version=f"ccplan {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        help="refuse work estimated to need more memory than this (default 4GB, or $CCPLAN_MEMORY_BUDGET)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.help, description=command.help)
@@ -705,10 +874,112 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+STOP_GRACE_SECONDS = 15.0
+"""After Ctrl-C/SIGTERM, how long an engine stuck in native code may take to return before
+the process ends anyway (exit 130, nothing saved)."""
+
+_stopping = {"handled": False, "generation": 0}
+"""``handled``: the command took the interrupt path; ``generation`` changes when a ``main()``
+call ends, so a watcher of an earlier call never ends a later one."""
+
+
+def _watch_signals() -> Callable[[], None]:
+    """Notice Ctrl-C/SIGTERM at once, even while the main thread is inside native code.
+
+    Python runs its signal handlers only when the main thread returns to the interpreter; a
+    solver in C++ may not for the rest of its time limit. The C-level handler also writes the
+    signal number to a wakeup pipe, which a helper thread reads: it asks registered engines to
+    stop (:func:`ccplan.limits.on_stop`) and, if the command has not taken the interrupt path
+    within :data:`STOP_GRACE_SECONDS`, ends the process with the one promised line.
+    Returns the function that undoes the setup.
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # pragma: no cover - not the main interpreter
+        os.close(read_fd)
+        os.close(write_fd)
+        return lambda: None
+    wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+    generation = _stopping["generation"]
+
+    def current() -> bool:
+        return _stopping["generation"] == generation and not _stopping["handled"]
+
+    def grace() -> None:
+        from ccplan import limits
+
+        limits.request_stop()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while time.monotonic() < deadline:
+            if not current():
+                return
+            time.sleep(0.1)
+        if current():
+            os.write(
+                2,
+                b"ccplan: interrupted; nothing saved (the engine did not stop within "
+                + f"{STOP_GRACE_SECONDS:g} s)\n".encode(),
+            )
+            os._exit(EXIT_INTERRUPTED)
+
+    def watch() -> None:
+        # Keep draining the pipe until undo() closes its write end, so that later signals
+        # never find it full or closed.
+        started = False
+        try:
+            while True:
+                data = os.read(read_fd, 64)
+                if not data:
+                    return
+                if wanted & set(data) and not started:
+                    started = True
+                    threading.Thread(target=grace, name="ccplan-stop-grace", daemon=True).start()
+        except OSError:
+            return
+        finally:
+            os.close(read_fd)  # only this thread reads it, so only it closes it
+
+    threading.Thread(target=watch, name="ccplan-signal-watch", daemon=True).start()
+
+    def undo() -> None:
+        _stopping["generation"] += 1
+        signal.set_wakeup_fd(old_fd)
+        os.close(write_fd)  # the watcher's read returns b"" and it ends
+
+    return undo
+
+
+def threading_main() -> bool:
+    """Whether this runs in the main thread (only it may install signal handlers)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``ccplan`` console script; returns the exit code."""
+    """Entry point of the ``ccplan`` console script; returns the exit code.
+
+    Exit codes: 0 success, 1 a schedule or XML file fails its check, 2 bad input or work
+    refused by the memory budget (one line on stderr), 3 no schedule found (infeasible
+    horizon, time limit), 4 an internal error (one line; ``-v`` shows the traceback),
+    130 interrupted (one line saying what was saved).
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line already printed), --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -717,20 +988,67 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    import signal
+
+    def _terminate(signum: int, frame: Any) -> None:
+        # SIGTERM (a job scheduler, `kill`) takes the Ctrl-C path: save what there is, exit 130.
+        raise KeyboardInterrupt
+
+    old_term = signal.signal(signal.SIGTERM, _terminate) if threading_main() else None
+    _stopping["handled"] = False
+    unwatch = _watch_signals()
+    if not args.verbose:
+        # Pyomo logs its own account of an interrupted or failed solve; ours is the one line.
+        logging.getLogger("pyomo").setLevel(logging.CRITICAL)
     try:
-        return int(args._run(args))
+        from ccplan import limits
+
+        if args.memory_budget is not None:
+            limits.set_memory_budget(limits.parse_budget(args.memory_budget, "--memory-budget"))
+        code = int(args._run(args))
+        sys.stdout.flush()  # a broken pipe shows here, inside the handlers below
+        return code
     except CCPlanError as exc:
         print(f"ccplan: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("ccplan: interrupted", file=sys.stderr)
-        return 130
+        _stopping["handled"] = True
+        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # Output piped into e.g. `head`: stop quietly, as Unix tools do.
+        # Output piped into e.g. `head`: stop quietly, as Unix tools do, keeping the status
+        # the command had decided on before it printed.
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return int(getattr(args, "_status", EXIT_OK))
+    except OSError as exc:  # the file system refused (a full disk, a permission): one line
+        where = f"{str(exc.filename)!r}: " if exc.filename else ""
+        print(f"ccplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryError:
+        print(
+            "ccplan: error: out of memory (the work exceeded what the machine or the process limit "
+            "allows, and the up-front estimate did not catch it; lower --chunks or the topology size)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    except Exception as exc:  # a bug: one line by default, the traceback with -v
+        if args.verbose:
+            log.exception("internal error")
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        print(
+            f"ccplan: internal error: {type(exc).__name__}: {text[:300]} (rerun with -v for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+    finally:
+        from ccplan import limits as _limits
+
+        _limits.set_memory_budget(None)
+        unwatch()
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 if __name__ == "__main__":

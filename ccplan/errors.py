@@ -18,6 +18,14 @@ class ValidationError(CCPlanError, ValueError):
     """
 
 
+class ResourceLimitError(CCPlanError):
+    """The work a request implies would not fit the memory budget (:mod:`ccplan.limits`).
+
+    Raised before the work starts; the message names the value that drives the estimate
+    and the budget, and the CLI exits with code 2 as for any bad input.
+    """
+
+
 class SolverUnavailableError(CCPlanError):
     """A requested solver backend is not installed; the message names the package."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ccplan.errors import ValidationError
+from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import Report, verify
@@ -97,7 +97,29 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Result:
-    """A verified answer, as written by ``ccplan solve --report``."""
+    """A verified answer, as written by ``ccplan solve --report``.
+
+    Parameters
+    ----------
+    method, status : str
+        The engine's name and one of :data:`STATUSES` (after verification).
+    schedule : Schedule or None
+        None when the engine found none.
+    makespan_slots : int or None
+        The verifier's makespan (None without a complete schedule).
+    lower_bound_slots : int
+        The best valid lower bound known (the bounds module's and the engine's own).
+    tau_us, solve_seconds : float
+    verified : bool
+        The independent verifier's verdict.
+    report : Report, optional
+        The verifier's report.
+    details : mapping
+        The engine's details (plus ``optimality_proof`` when the bound proves it).
+    instance : Instance, optional
+        The instance solved; :func:`solve` always sets it, so :meth:`algbw_GBps` and
+        :meth:`to_dict` need no argument.
+    """
 
     method: str
     status: str
@@ -109,15 +131,24 @@ class Result:
     verified: bool
     report: Report | None = field(default=None, repr=False)
     details: Mapping[str, Any] = field(default_factory=dict)
+    instance: Instance | None = field(default=None, repr=False, compare=False)
+
+    def _instance(self, instance: Instance | None) -> Instance:
+        inst = instance if instance is not None else self.instance
+        if inst is None:
+            raise ValidationError("this Result carries no instance; pass it as an argument")
+        return inst
 
     @property
     def makespan_us(self) -> float | None:
         """Makespan in microseconds."""
         return None if self.makespan_slots is None else self.makespan_slots * self.tau_us
 
-    def algbw_GBps(self, instance: Instance) -> float | None:
-        """Output bytes / time, in GB/s."""
-        return None if self.makespan_us is None else instance.algbw_GBps(self.makespan_us)
+    def algbw_GBps(self, instance: Instance | None = None) -> float | None:
+        """Output bytes / time, in GB/s (the result's own instance unless one is given)."""
+        if self.makespan_us is None:
+            return None
+        return self._instance(instance).algbw_GBps(self.makespan_us)
 
     @property
     def gap(self) -> float | None:
@@ -126,11 +157,12 @@ class Result:
             return None
         return (self.makespan_slots - self.lower_bound_slots) / self.makespan_slots
 
-    def to_dict(self, instance: Instance) -> dict[str, Any]:
+    def to_dict(self, instance: Instance | None = None) -> dict[str, Any]:
         """The result JSON of DESIGN.md (plus details)."""
-        algbw = self.algbw_GBps(instance)
+        inst = self._instance(instance)
+        algbw = self.algbw_GBps(inst)
         out: dict[str, Any] = {
-            "instance": instance.describe(),
+            "instance": inst.describe(),
             "method": self.method,
             "status": self.status,
             "makespan_slots": self.makespan_slots,
@@ -209,11 +241,20 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     Result
         ``verified`` is the verifier's verdict; a schedule that fails verification is kept
         (for inspection) but its status is downgraded to ``unknown``.
+
+    Raises
+    ------
+    ResourceLimitError
+        The instance would not fit the memory budget (:func:`ccplan.limits.estimate_solve`).
+    SolveInterrupted
+        Ctrl-C reached the engine; it carries the verified best schedule so far as a
+        :class:`Result` (or None), per the contract in :mod:`ccplan.errors`.
     """
-    from ccplan.bounds import lower_bound_slots
+    from ccplan.limits import estimate_solve
 
     opts = options or SolveOptions()
     engine = get_engine(method)
+    estimate_solve(instance).check()
     start = time.perf_counter()
     if instance.collective.combining:
         from ccplan.heuristics.combine import NATIVE_COMBINING, solve_combining
@@ -226,6 +267,21 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     else:
         outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
+    result = _verified_result(instance, method, outcome, seconds)
+    if outcome.details.get("interrupted"):
+        what = (
+            "no schedule yet"
+            if result.schedule is None
+            else f"best schedule so far: {result.makespan_slots} slots, verified={result.verified}"
+        )
+        raise SolveInterrupted(f"{method} interrupted ({what})", result)
+    return result
+
+
+def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds: float) -> Result:
+    """Verify an engine's outcome and attach the lower bound (the second half of :func:`solve`)."""
+    from ccplan.bounds import lower_bound_slots
+
     bound = lower_bound_slots(instance)
     if outcome.bound_slots is not None:
         bound = max(bound, math.ceil(outcome.bound_slots - 1e-9))
@@ -260,6 +316,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         verified=verified,
         report=report,
         details=details,
+        instance=instance,
     )
 
 

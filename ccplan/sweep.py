@@ -1060,6 +1060,38 @@ CellFunction = Callable[[Mapping[str, Any]], dict[str, Any]]
 """A module-level (picklable) function that runs one payload; :func:`run_cell` for sweeps."""
 
 
+def _tie_to_parent(parent: int) -> None:
+    """Worker initializer: die with the sweep process, even when it is killed with SIGKILL.
+
+    Linux delivers SIGKILL to the worker when its parent dies (``PR_SET_PDEATHSIG``); a
+    daemon thread that notices the parent change covers other systems and the window
+    before the call.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent:
+        os._exit(1)
+    # Ctrl-C reaches the whole process group; the sweep process decides what happens (it
+    # stops the workers), so a worker prints no traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=watch, name="ccplan-parent-watch", daemon=True).start()
+
+
 def _local_results(
     payloads: list[dict[str, Any]], processes: int, cell: CellFunction = run_cell
 ) -> Iterator[dict[str, Any]]:
@@ -1068,8 +1100,11 @@ def _local_results(
         for p in payloads:
             yield cell(p)
         return
-    with ProcessPoolExecutor(max_workers=processes) as pool:
-        futures: dict[Future[dict[str, Any]], dict[str, Any]] = {pool.submit(cell, p): p for p in payloads}
+    pool = ProcessPoolExecutor(max_workers=processes, initializer=_tie_to_parent, initargs=(os.getpid(),))
+    with pool:
+        futures: dict[Future[dict[str, Any]], dict[str, Any]] = {
+            pool.submit(cell, p): p for p in payloads
+        }
         try:
             for fut in as_completed(futures):
                 try:
@@ -1080,6 +1115,12 @@ def _local_results(
                         "a sweep worker process died (out of memory or killed) while cells were running; "
                         f"finished cells are saved, rerun to resume (first unfinished: {running[0]})"
                     ) from None
+        except BaseException:
+            # Ctrl-C or a failure: running cells are abandoned (finished rows are on disk);
+            # waiting for them could take a whole cell time limit.
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
+            raise
         finally:
             for f in futures:
                 f.cancel()
@@ -1107,7 +1148,49 @@ def _dask_results(
         client.close()
 
 
-def _resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:
+def _check_methods(config: SweepConfig) -> None:
+    """Refuse an unknown method before any cell runs (a cell of it could only fail, and a
+    resume would never retry its error row)."""
+    from ccplan.methods import method_names
+
+    for mod in config.imports:
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            raise ValidationError(
+                f"sweep {config.name!r}: run.imports: cannot import {mod!r} ({exc})"
+            ) from None
+    known = set(method_names())
+    for m in config.methods:
+        if m.method not in known:
+            raise ValidationError(
+                f"sweep {config.name!r}: method {m.label!r} names unknown engine {m.method!r} "
+                f"(choose from {', '.join(sorted(known))})"
+            )
+
+
+def _check_cell_sizes(cells: Sequence[Cell]) -> None:
+    """Refuse a grid with a cell whose collective alone exceeds the memory budget
+    (:func:`ccplan.limits.estimate_collective`); the finer solve estimate runs in each cell."""
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.limits import estimate_collective
+
+    gpus: dict[str, int] = {}
+    for cell in cells:
+        label = cell.topology.label
+        if label not in gpus:
+            topo = resolve_topology(cell.topology.name, **dict(cell.topology.params))
+            gpus[label] = len(topo.gpus)
+        try:
+            estimate_collective(cell.collective.kind, gpus[label], cell.chunks).check()
+        except CCPlanError as exc:
+            where = f"sweep cell {label} {cell.collective.label} chunks={cell.chunks}"
+            raise type(exc)(f"{where}: {exc}") from None
+
+
+def resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:
+    """The result table's path: ``out``, else the config's ``run.out``, else
+    ``<config dir>/results/<name>.csv``."""
     if out is not None:
         return Path(out)
     if config.out is not None:
@@ -1161,7 +1244,7 @@ def run_sweep(
     if not isinstance(config, SweepConfig):
         config_path = Path(config)
         config = SweepConfig.from_toml(config_path)
-    path = _resolve_out(config, out, config_path)
+    path = resolve_out(config, out, config_path)
     nproc = processes if processes is not None else config.processes
     if nproc < 1:
         raise ValidationError(f"processes must be a positive integer, got {nproc!r}")
@@ -1176,6 +1259,10 @@ def run_sweep(
             cores,
         )
     cells = cells_of(config)
+    if dask_address is None:
+        # A Dask cluster may have modules the client lacks; locally, check before any work.
+        _check_methods(config)
+    _check_cell_sizes(cells)
     table = ResultTable(path)
     done_keys = table.open()
     todo = [c for c in cells if c.key not in done_keys]

@@ -134,8 +134,10 @@ def test_schedule_file_round_trip(options: dict[str, Any], tmp_path: Path) -> No
 
 
 def test_schedule_keeps_reduce_flag(tmp_path: Path) -> None:
-    """The optional ``reduce`` flag of a send survives the file (format test only)."""
-    inst, _ = _line3_allgather()
+    """The optional ``reduce`` flag of a send survives the file (format test only; a
+    combining collective, since a data-movement one refuses the flag)."""
+    topo = resolve_topology("line", n=3)
+    inst = make_instance(topo, make_collective("reducescatter", topo), "3MB")
     sched = Schedule((Send(0, (0, 0), 0, 1, reduce=True), Send(0, (1, 0), 1, 0)), method="x")
     path = tmp_path / "r.json"
     save_schedule(path, inst, sched)

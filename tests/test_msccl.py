@@ -473,3 +473,51 @@ def test_optional_heuristic_engine_round_trip() -> None:
     result = solve(inst, "heuristic")
     assert result.verified and result.schedule is not None
     assert validate_xml(to_msccl_xml(inst, result.schedule), expect=inst).ok
+
+
+def test_one_missing_step_attribute_is_one_error() -> None:
+    """Only the unreadable step is reported: the steps after it keep their own s= numbers, so
+    no spurious step-index errors follow (the file is the good ring-4 AllGather with one cnt
+    removed)."""
+    report = validate_xml(DATA / "bad" / "step_missing_cnt.xml")
+    assert [e.kind for e in report.errors] == ["attribute"], [str(e) for e in report.errors]
+    assert "cnt" in str(report.errors[0])
+
+
+# --------------------------------------------------------------------------- automatic settings
+def test_export_defaults_work_for_alltoall_and_long_allreduce(tmp_path: Path) -> None:
+    """With no flags the exporter picks what the executor runtime accepts: AllToAll has no
+    in-place layout, so it goes out-of-place; NDv2 x2 AllReduce with C=2 needs more than 64
+    steps in one thread block on one channel, so it spreads over more channels. Both XMLs
+    pass the validator against the instance, and an explicit setting is kept as given."""
+    from ccplan.cli import main
+    from ccplan.export.msccl import export_msccl
+    from ccplan.methods import SolveOptions, solve
+    from ccplan.schedule import save_schedule
+
+    ring = ring_topology(4)
+    a2a = make_instance(ring, make_collective("alltoall", ring), "4MB")
+    res = solve(a2a, "heuristic", SolveOptions(time_limit=2))
+    assert res.verified and res.schedule is not None
+    choice = export_msccl(a2a, res.schedule)
+    assert choice.inplace is False and choice.channels == 1
+    assert validate_xml(choice.text, expect=a2a).ok
+    with pytest.raises(ValidationError, match="--out-of-place"):
+        export_msccl(a2a, res.schedule, inplace=True)
+
+    topo = ndv2(chassis=2)
+    ar = make_instance(topo, make_collective("allreduce", topo, chunks=2), "1MB")
+    res = solve(ar, "heuristic", SolveOptions(time_limit=2))
+    assert res.verified and res.schedule is not None
+    with pytest.raises(ValidationError, match=r"MSCCL_MAX_NUM_STEPS = 64.*--channels 2"):
+        to_msccl_xml(ar, res.schedule)
+    choice = export_msccl(ar, res.schedule)
+    assert choice.channels >= 2 and choice.inplace is True
+    assert any("steps per thread block" in t for t in choice.tried)
+    assert validate_xml(choice.text, expect=ar).ok
+
+    path = tmp_path / "ar.json"
+    save_schedule(path, ar, res.schedule)
+    out = tmp_path / "ar.xml"
+    assert main(["export", str(path), "--format", "msccl-xml", "--out", str(out)]) == 0
+    assert validate_xml(out, expect=ar).ok

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ccplan.errors import ValidationError
+from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
@@ -308,3 +308,113 @@ def test_table_of_an_older_column_set_is_upgraded_in_place(tmp_path):
     bad.write_text("key,colour\nx,red\n")
     with pytest.raises(ValidationError, match="colour"):
         ResultTable(bad).open()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # the command name may contain spaces: the fields after it start past ')'
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_killed_sweep(tmp_path):
+    """SIGKILL the sweep process alone (not its group): its worker processes must not stay
+    behind running cells; they exit within a few seconds."""
+    sizes = [f"{i}MB" for i in range(1, 13)]
+    cfg = _write_config(tmp_path, sizes, sleep=2.0, processes=2)
+    out = tmp_path / "t.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
+    code = f"from ccplan.sweep import run_sweep; run_sweep({str(cfg)!r}, out={str(out)!r}, progress=False)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = _children(proc.pid)
+            time.sleep(0.1)
+        assert workers, "the sweep started no worker"
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in workers), "workers outlived the killed sweep"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in workers:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_unknown_method_is_refused_before_any_cell(tmp_path):
+    cfg = _write_config(tmp_path, ["1MB"])
+    cfg.write_text(cfg.read_text() + '\n[[method]]\nlabel = "typo"\nmethod = "mtge"\n')
+    out = tmp_path / "t.csv"
+    with pytest.raises(ValidationError, match="method 'typo' names unknown engine 'mtge'"):
+        run_sweep(cfg, out=out, progress=False)
+    assert not out.exists()
+
+
+def test_oversized_cell_is_refused_before_any_cell(tmp_path):
+    cfg = _write_config(tmp_path, ["1MB"])
+    cfg.write_text(cfg.read_text().replace("chunks = [1]", "chunks = [1, 1000000000]"))
+    out = tmp_path / "t.csv"
+    with pytest.raises(ResourceLimitError, match="chunks=1000000000"):
+        run_sweep(cfg, out=out, progress=False)
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_stops_a_sweep_with_one_line_and_no_worker_left(tmp_path):
+    """SIGINT to the sweep's process group (what a terminal's Ctrl-C does) after two rows:
+    exit 130, one line naming the saved rows and the table, no traceback from any worker, and
+    the workers gone."""
+    sizes = [f"{i}MB" for i in range(1, 13)]
+    cfg = _write_config(tmp_path, sizes, sleep=1.0, processes=2)
+    out = tmp_path / "t.csv"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), str(REPO)]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ccplan.cli", "sweep", str(cfg), "--out", str(out), "--quiet"],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            workers = sorted(set(workers) | set(_children(proc.pid)))
+            if out.exists() and len(out.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        _stdout, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    saved = len(out.read_text().splitlines()) - 1
+    assert lines == [f"ccplan: interrupted; saved {saved} new row(s) -> {out} (rerun to resume)"], err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.1)
+    assert workers and not any(_alive(p) for p in workers)

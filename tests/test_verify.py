@@ -212,3 +212,19 @@ def test_send_in_an_outage_slot_is_rejected(inst: Instance, data: st.DataObject)
     bad = verify(out, sched)
     v = _find(bad, "capacity", send.chunk, (send.src, send.dst), slot)
     assert v is not None and "omega is 0" in v.message
+
+
+def test_reduce_flag_on_a_data_movement_collective_is_a_violation():
+    """AllGather on the line 0-1: the two sends at slot 0 are a valid schedule (makespan 1);
+    flagging one as a reduce makes it invalid (nothing to combine), named by chunk and link."""
+    topo = line_topology(2)
+    inst = make_instance(topo, make_collective("allgather", topo), "2MB")
+    good = Schedule((Send(0, (0, 0), 0, 1), Send(0, (1, 0), 1, 0)))
+    assert verify(inst, good).ok
+    bad = Schedule((Send(0, (0, 0), 0, 1, reduce=True), Send(0, (1, 0), 1, 0)))
+    report = verify(inst, bad)
+    assert not report.ok
+    kinds = [v.kind for v in report.violations]
+    assert "reduce-not-combining" in kinds
+    v = report.violations[kinds.index("reduce-not-combining")]
+    assert v.chunk == (0, 0) and v.link == (0, 1) and v.slot == 0

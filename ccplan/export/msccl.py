@@ -323,7 +323,8 @@ def _layout_broadcast(coll: Collective, gpus: tuple[int, ...], inplace: bool) ->
 def _layout_alltoall(coll: Collective, gpus: tuple[int, ...], inplace: bool) -> BufferLayout:
     if inplace:
         raise ValidationError(
-            "inplace: in-place alltoall needs scratch shuffles that are not exported; use inplace=False"
+            "inplace: in-place alltoall needs scratch shuffles that are not exported; use --out-of-place "
+            "(inplace=False)"
         )
     n = len(gpus)
     c = coll.chunks
@@ -380,7 +381,7 @@ def _layout_reducescatter(coll: Collective, gpus: tuple[int, ...], inplace: bool
                 if idx != r * per + j:
                     raise ValidationError(
                         f"inplace: chunk {list(chunk)} of GPU {gpus[r]} is at input offset {idx}, not "
-                        f"{r * per + j}; in-place reducescatter needs rank-ordered chunks, use inplace=False"
+                        f"{r * per + j}; in-place reducescatter needs rank-ordered chunks, use --out-of-place"
                     )
                 dest[(r, chunk)] = Loc("i", idx)
             else:
@@ -519,7 +520,7 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
             sw = send.src if src_switch else send.dst
             raise ValidationError(
                 f"switches: {send.describe()} goes through switch {sw}; MSCCL XML connects GPUs only "
-                "(use switches='collapse' to turn relays into GPU-to-GPU transfers)"
+                "(use --switches collapse to turn relays into GPU-to-GPU transfers)"
             )
         bundle: tuple[Part, ...]
         if src_switch:
@@ -554,7 +555,7 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
                     raise ValidationError(
                         f"switches: chunk {list(tr.chunk)} relayed from GPU {topo.gpus[tr.src]} through "
                         f"switch(es) {list(tr.via)} changes at its origin while in the switch; it cannot "
-                        "be one MSCCL transfer (use switches='refuse' to see every switch hop)"
+                        "be one MSCCL transfer (use --switches refuse to see every switch hop)"
                     )
     return out
 
@@ -690,7 +691,7 @@ def to_msccl_xml(
     if channels * instances > MAX_CHANNELS:
         raise ValidationError(
             f"channels*instances = {channels * instances} exceeds MAXCHANNELS = {MAX_CHANNELS}; "
-            "lower channels or instances"
+            "lower --channels or --instances"
         )
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,200}", name):
         raise ValidationError(f"name must be 1-200 letters, digits, '_', '.', '-', got {name!r}")
@@ -885,7 +886,7 @@ def to_msccl_xml(
                 f"steps per thread block: GPU {r} thread block {b} needs {s} steps but the {dia.name} "
                 "runtime "
                 f"allows MSCCL_MAX_NUM_STEPS = {dia.max_steps}; spread chunks over more channels "
-                f"(channels={channels} -> {channels * 2}), use fewer chunks, or dialect='legacy' (256 steps)"
+                f"(--channels {channels * 2}), use fewer chunks, or --dialect legacy (256 steps)"
             )
     for r in range(n):
         count = len(tbs[r]) * instances
@@ -893,7 +894,7 @@ def to_msccl_xml(
             raise ValidationError(
                 f"thread blocks: GPU {r} needs {count} thread blocks but at most "
                 f"{min(max_tbs, MAX_DEP_TB + 1)} "
-                "can be co-resident/addressed (max_tbs, int8 depid); lower channels or instances"
+                "can be co-resident/addressed (int8 depid); lower --channels or --instances"
             )
         for ch in range(channels):
             ns = sum(1 for b in tbs[r] if b.chan == ch and b.send >= 0)
@@ -960,7 +961,7 @@ def _check_fifo(ops: list[_Op]) -> None:
                 f"connection GPU {u} -> GPU {v} channel {ch}: transfers arrive in a different order than "
                 "they leave (direct link and switch relays mixed on one connection); MSCCL connections are "
                 "FIFO -- "
-                "use more channels or switches='refuse'"
+                "use more --channels or --switches refuse"
             )
 
 
@@ -1051,3 +1052,80 @@ def _render_op(op: _Op, inst: int, instances: int, tb_base: int) -> list[str]:
         f'dstoff="{doff}" cnt="{op.cnt}" depid="{depid}" deps="{dstep}" hasdep="{int(op.hasdep)}"/>'
     )
     return lines
+
+
+@dataclass(frozen=True)
+class ExportChoice:
+    """The settings :func:`export_msccl` settled on, and the XML text."""
+
+    text: str
+    channels: int
+    inplace: bool
+    tried: tuple[str, ...]
+    """One line per rejected setting and why (for the log and the CLI's note)."""
+
+
+def export_msccl(
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    dialect: str = "executor",
+    proto: str = "Simple",
+    channels: int | None = None,
+    instances: int = 1,
+    inplace: bool | None = None,
+    switches: str = "collapse",
+) -> ExportChoice:
+    """:func:`to_msccl_xml` with the settings the runtime accepts chosen automatically.
+
+    ``inplace=None`` takes the in-place variant where the collective's buffer layout allows it
+    (not AllToAll, not a ReduceScatter with chunks out of rank order) and out-of-place
+    otherwise. ``channels=None`` takes the fewest channels (1, 2, 4, ...) whose thread blocks
+    fit the dialect's ``MSCCL_MAX_NUM_STEPS`` (64 for the executor): chunk ``k`` runs on
+    channel ``k mod channels``, so more channels mean fewer steps per thread block. Given
+    values are used as they are. Errors that no such choice can cure are raised at once.
+
+    Raises
+    ------
+    ValidationError
+        As :func:`to_msccl_xml`, for the last setting tried.
+    """
+    places = [inplace] if inplace is not None else [True, False]
+    if channels is not None:
+        widths = [channels]
+    else:
+        widths = []
+        c = 1
+        while c * instances <= MAX_CHANNELS:
+            widths.append(c)
+            c *= 2
+        widths = widths or [1]
+    tried: list[str] = []
+    last: ValidationError | None = None
+    for place in places:
+        for width in widths:
+            try:
+                text = to_msccl_xml(
+                    instance,
+                    schedule,
+                    dialect=dialect,
+                    proto=proto,
+                    channels=width,
+                    instances=instances,
+                    inplace=place,
+                    switches=switches,
+                )
+            except ValidationError as exc:
+                msg = str(exc)
+                last = exc
+                tried.append(f"channels={width} {'in' if place else 'out-of'}-place: {msg}")
+                if msg.startswith("inplace:") and len(places) > 1:
+                    break  # the layout, not the width: try out-of-place
+                if msg.startswith("steps per thread block") and width != widths[-1]:
+                    continue
+                if msg.startswith("steps per thread block"):
+                    break
+                raise
+            return ExportChoice(text, width, place, tuple(tried))
+    assert last is not None
+    raise last

@@ -155,6 +155,8 @@ class _Tb:
     recv: int
     chan: int
     steps: list[_Step]
+    incomplete: bool = False
+    """A step of this block was unreadable (reported once); later steps' positions are unknown."""
 
 
 class _Errors:
@@ -291,6 +293,7 @@ def validate_xml(
             recv = _int(t_el, "recv", errs, where_t)
             chan = _int(t_el, "chan", errs, where_t)
             steps: list[_Step] = []
+            incomplete = False
             for s_el in t_el:
                 if s_el.tag != "step":
                     continue
@@ -298,6 +301,7 @@ def validate_xml(
                 missing = [a for a in _STEP_ATTRS if a not in s_el.attrib]
                 if missing:
                     errs.add("attribute", f"step lacks attribute(s) {missing}", **where_s)
+                    incomplete = True
                     continue
                 vals = {
                     a: _int(s_el, a, errs, where_s)
@@ -305,6 +309,7 @@ def validate_xml(
                 }
                 num = {k: v for k, v in vals.items() if v is not None}
                 if len(num) != len(vals):
+                    incomplete = True
                     continue
                 steps.append(
                     _Step(
@@ -330,6 +335,7 @@ def validate_xml(
                     -1 if recv is None else recv,
                     0 if chan is None else chan,
                     steps,
+                    incomplete,
                 )
             )
         tbs[gid] = blocks
@@ -347,6 +353,10 @@ def validate_xml(
         nops=sum(1 for b in tbs.values() for t in b for s in t.steps if s.type == "nop"),
     )
     structural = bool(errs.items)
+    if any(t.incomplete for blocks in tbs.values() for t in blocks):
+        # Matching sends to receives and ordering them needs every step: with one unreadable,
+        # each later check would report a consequence of the same missing attribute.
+        return XmlReport(False, tuple(errs.items), stats)
 
     # ------------------------------------------------------------------ graph
     tb_map = {(g, t.id): t for g, blocks in tbs.items() for t in blocks}
@@ -478,7 +488,9 @@ def _check_structure(
             if len(t.steps) > max_steps:
                 errs.add("steps", f"{len(t.steps)} steps exceed MSCCL_MAX_NUM_STEPS = {max_steps}", g, t.id)
             for index, st in enumerate(t.steps):
-                _check_step(st, index, t, sizes[g], errs)
+                # After an unreadable step the document position is unknown: checking s=
+                # against it would only repeat the one error already reported.
+                _check_step(st, st.s if t.incomplete else index, t, sizes[g], errs)
         for (role, ch), count in per_chan.items():
             if count > MAX_TBS_PER_CHANNEL:
                 errs.add(

@@ -35,14 +35,19 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from itertools import pairwise
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
+from ccplan.limits import NEVER, Deadline, OutOfTimeError
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
+
+_DEADLINE: ContextVar[Deadline] = ContextVar("ccplan_baseline_deadline", default=NEVER)
+"""The running baseline engine's deadline (set by its registered engine, read per hop)."""
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +246,7 @@ class Placer:
             t = self._next_open(link, s + 1)
 
     def _book(self, link: int, t: int, chunk: Chunk, kind: str) -> int:
+        _DEADLINE.get().check()  # once per hop placed: the engine's --time-limit
         src, dst = self.topo.links[link].key
         for s in range(t, t + self.occ[link]):
             self.load[link][s] += 1
@@ -1139,7 +1145,17 @@ def _make_engine(name: str, builder: Builder) -> Callable[[Instance, SolveOption
         kind = instance.collective.kind
         if kind not in SUPPORTED[name]:
             _unsupported(name, kind)
-        schedule = builder(instance, options)
+        token = _DEADLINE.set(Deadline.after(options.time_limit))
+        try:
+            schedule = builder(instance, options)
+        except OutOfTimeError:
+            reason = f"time limit of {options.time_limit:g} s reached"
+            return Outcome(schedule=None, status="unknown", details={"algorithm": name, "reason": reason})
+        except KeyboardInterrupt:
+            # One construction builds one schedule: nothing complete to hand out before it ends.
+            return Outcome(schedule=None, status="unknown", details={"algorithm": name, "interrupted": True})
+        finally:
+            _DEADLINE.reset(token)
         return Outcome(schedule=schedule, status="feasible", details={"algorithm": name})
 
     engine.__name__ = f"{name.replace('-', '_')}_engine"

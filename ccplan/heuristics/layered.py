@@ -46,6 +46,7 @@ from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_distances
 from ccplan.instances.topology import Topology
+from ccplan.limits import NEVER, Deadline, OutOfTimeError
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 
@@ -102,11 +103,17 @@ def _have_nodes(have: dict[int, set[int]], ci: int) -> list[int]:
     return [v for v, cs in have.items() if ci in cs]
 
 
-def layered_schedule(instance: Instance, options: LayeredOptions | None = None) -> Schedule:
+def layered_schedule(
+    instance: Instance, options: LayeredOptions | None = None, deadline: Deadline = NEVER
+) -> Schedule:
     """Build a schedule layer by layer (draft ``002_*.txt``); see the module docstring.
+
+    ``deadline`` is checked once per layer.
 
     Raises
     ------
+    OutOfTimeError
+        ``deadline`` passed before the schedule was complete.
     ValidationError
         Combining collectives (built elsewhere from data-movement ones).
     CCPlanError
@@ -182,6 +189,7 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
     while left > 0:
+        deadline.check()
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
@@ -387,7 +395,17 @@ def layered_engine(instance: Instance, options: SolveOptions) -> Outcome:
     start = time.perf_counter()
     seed = options.extra.get("layered_seed")
     opts = LayeredOptions(slack=int(options.extra.get("slack", 0)), seed=None if seed is None else int(seed))
-    schedule = layered_schedule(instance, opts)
+    try:
+        schedule = layered_schedule(instance, opts, Deadline.after(options.time_limit))
+    except OutOfTimeError:
+        return Outcome(
+            schedule=None,
+            status="unknown",
+            details={"variant": opts.label(), "reason": f"time limit of {options.time_limit:g} s reached"},
+        )
+    except KeyboardInterrupt:
+        # One run builds one schedule: nothing complete to hand out before it ends.
+        return Outcome(schedule=None, status="unknown", details={"interrupted": True})
     return Outcome(
         schedule=schedule,
         status="feasible",

@@ -23,10 +23,17 @@ this order until the budget is spent or a schedule reaches the lower bound of
 
 Every candidate goes through :func:`ccplan.schedule.verify`; only verified schedules count.
 Effort (``options.extra["effort"]``): ``"quick"`` runs items 1-4 only (no budget),
-``"normal"`` (default) all items within ``time_limit`` (default 5 s; item 1 always runs, the
-others only while budget is left), ``"thorough"`` the same with a 20 s default budget. A
-given ``time_limit`` overrides the effort's default. ``Outcome.details`` names the winning
-variant and lists every variant's makespan.
+``"normal"`` (default) all items within a 5 s budget, ``"thorough"`` the same with 20 s.
+Every stage checks the clock (before each Takahashi-Matsuyama search, each layer, each
+rip-up iteration) and a stage cut short is dropped. Without ``time_limit`` the first
+complete schedule is always built and the budget stops the later stages; a given
+``time_limit`` is a hard limit for all stages: the portfolio then starts with the classic ring
+(:mod:`ccplan.heuristics.baselines`, for the collectives it implements: seconds even for
+16000 chunks) as a safety net, and item 1 with the per-chunk-tree variant (the cheapest
+when a task has many chunks). If no stage completes within the limit, the engine returns no
+schedule and says why in ``details["reason"]``. Ctrl-C returns the best
+verified schedule so far with ``details["interrupted"] = True``. ``Outcome.details`` names the
+winning variant and lists every variant's makespan.
 
 Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
 ``effort="quick"`` is fully deterministic.
@@ -39,9 +46,8 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 
-from ccplan.errors import ValidationError
+from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
     MtegOptions,
@@ -54,11 +60,15 @@ from ccplan.heuristics.mteg import (
 )
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.limits import NEVER, Deadline, OutOfTimeError
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
 log = logging.getLogger(__name__)
+
+SAFETY_NET = "ring"
+"""Baseline run first under a hard time limit, so that a schedule exists early."""
 
 RESTART_SHARE = 0.3
 """Share of the budget for random-order restarts; rip-up-and-reroute gets the rest."""
@@ -91,15 +101,18 @@ def heuristic_search(
     time_limit: float | None = None,
     effort: str = "normal",
     seed: int = 0,
-) -> tuple[Candidate, list[Candidate], dict[str, object]]:
+) -> tuple[Candidate | None, list[Candidate], dict[str, object]]:
     """Run the portfolio; return the best candidate, all candidates and run facts.
 
     Parameters
     ----------
     instance : Instance
     time_limit : float, optional
-        Seconds for the whole search (default from ``effort``). The fixed variants always
-        run, so a tiny limit still returns a schedule.
+        Seconds for the whole search, a hard limit: every stage checks the clock (before
+        each Takahashi-Matsuyama search, each layer) and a stage cut short is dropped. With a
+        limit, variants with one tree per chunk (the cheapest) run first. The best candidate
+        is None only when no stage completed within the limit. Without a limit the effort's
+        default budget applies to every stage after the first complete schedule.
     effort : {"quick", "normal", "thorough"}
     seed : int
         First seed of the random-order restarts.
@@ -115,16 +128,31 @@ def heuristic_search(
     if effort == "quick":
         budget = 0.0
     start = time.perf_counter()
+    # A given time limit is a hard deadline for every stage, the first included; the effort's
+    # default budget only stops the later stages (the first always completes a schedule).
+    hard = Deadline.after(time_limit) if time_limit is not None else NEVER
+    soft = Deadline(start + budget) if budget > 0 else NEVER
     bound = _bound(instance)
     multi_chunk = any(len(k.chunks) > 1 for k in decompose(instance))
     cands: list[Candidate] = []
     mteg_runs: list[MtegResult] = []
     best: Candidate | None = None
+    timed_out: list[str] = []
+
+    restarts = 0
+    lns_iterations = 0
+
+    def stage_deadline() -> Deadline:
+        return hard if best is None else Deadline(min(hard.at, soft.at))
 
     def consider(label: str, make: Callable[[], Schedule], result: MtegResult | None = None) -> None:
         nonlocal best
         t0 = time.perf_counter()
-        schedule = make()
+        try:
+            schedule = make()
+        except OutOfTimeError:
+            timed_out.append(label)
+            return
         report = verify(instance, schedule)
         seconds = time.perf_counter() - t0
         if not report.ok or report.makespan_slots is None:
@@ -134,34 +162,87 @@ def heuristic_search(
         cands.append(cand)
         if result is not None:
             mteg_runs.append(result)
-        if best is None or cand.makespan < best.makespan:
+        if best is None or cand.makespan < best.makespan or (
+            cand.makespan == best.makespan and best.label == SAFETY_NET
+        ):
             best = cand
 
     def mteg(opts: MtegOptions) -> None:
         holder: dict[str, MtegResult] = {}
 
         def make() -> Schedule:
-            holder["r"] = mteg_schedule(instance, opts)
+            holder["r"] = mteg_schedule(instance, opts, stage_deadline())
             return holder["r"].schedule
 
         consider(f"mteg[{opts.label()}]", make)
         if "r" in holder:
             mteg_runs.append(holder["r"])
 
+    def layered(opts: LayeredOptions) -> None:
+        consider(opts.label(), lambda: layered_schedule(instance, opts, stage_deadline()))
+
     def done() -> bool:
         return best is not None and best.makespan <= bound
 
     def out_of_time() -> bool:
         # restarts and squeaky wheel get the first 30 % of the budget, rip-up-and-reroute the rest
-        return time.perf_counter() - start >= RESTART_SHARE * budget
+        return time.perf_counter() - start >= RESTART_SHARE * budget or hard.expired
 
-    for step in _fixed_variants(multi_chunk):
-        if done() or (effort != "quick" and best is not None and time.perf_counter() - start >= budget):
-            break
-        if isinstance(step, MtegOptions):
-            mteg(step)
-        else:
-            consider(step.label(), partial(layered_schedule, instance, step))
+    def safety_net() -> None:
+        # Under a hard limit, a classic ring (seconds even for 16000 chunks) first, so that a
+        # verified schedule exists when no MTEG variant completes in time.
+        from ccplan.heuristics.baselines import supports
+        from ccplan.methods import get_engine
+
+        left = hard.remaining()
+        if not supports(SAFETY_NET, instance.collective.kind) or left <= 0:
+            return
+        try:
+            out = get_engine(SAFETY_NET)(instance, SolveOptions(time_limit=left))
+        except (CCPlanError, RecursionError) as exc:  # no ring through this topology
+            log.debug("heuristic: no %s fallback: %s", SAFETY_NET, exc)
+            return
+        if out.schedule is not None:
+            schedule = out.schedule
+            consider(SAFETY_NET, lambda: schedule)
+
+    def run_all() -> None:
+        if time_limit is not None:
+            safety_net()
+        for step in _fixed_variants(multi_chunk, cheap_first=time_limit is not None):
+            if done() or hard.expired:
+                break
+            if effort != "quick" and best is not None and time.perf_counter() - start >= budget:
+                break
+            if isinstance(step, MtegOptions):
+                mteg(step)
+            else:
+                layered(step)
+        if effort == "quick" or best is None or done() or hard.expired:
+            return
+        improve()
+
+    def improve() -> None:
+        nonlocal restarts, lns_iterations
+        if not out_of_time() and mteg_runs:
+            squeak(min(mteg_runs, key=lambda r: r.makespan), rounds=8)
+        for opts in _random_variants(seed, multi_chunk):
+            if done() or out_of_time():
+                break
+            restarts += 1
+            if isinstance(opts, LayeredOptions):
+                layered(opts)
+                continue
+            before = len(mteg_runs)
+            mteg(opts)
+            if len(mteg_runs) > before:
+                squeak(mteg_runs[-1], rounds=1)
+        if best is not None and not done():
+            base: Candidate = best
+            improved, lns_iterations = rip_up_reroute(
+                instance, base.schedule, min(start + budget, hard.at), bound, seed
+            )
+            consider(f"{base.label}+reroute", lambda: improved)
 
     def squeak(base: MtegResult, rounds: int) -> None:
         current = base
@@ -182,36 +263,24 @@ def heuristic_search(
                 return
             current = nxt
 
-    if effort != "quick" and not done() and not out_of_time() and mteg_runs:
-        squeak(min(mteg_runs, key=lambda r: r.makespan), rounds=8)
-    restarts = 0
-    if effort != "quick":
-        for opts in _random_variants(seed, multi_chunk):
-            if done() or out_of_time():
-                break
-            restarts += 1
-            if isinstance(opts, LayeredOptions):
-                consider(opts.label(), partial(layered_schedule, instance, opts))
-                continue
-            before = len(mteg_runs)
-            mteg(opts)
-            if len(mteg_runs) > before:
-                squeak(mteg_runs[-1], rounds=1)
-    lns_iterations = 0
-    if effort != "quick" and best is not None and not done():
-        deadline = start + budget
-        base: Candidate = best
-        improved, lns_iterations = rip_up_reroute(instance, base.schedule, deadline, bound, seed)
-        consider(f"{base.label}+reroute", lambda: improved)
-    assert best is not None, "the fixed variants always produce a schedule"
+    interrupted = False
+    try:
+        run_all()
+    except KeyboardInterrupt:
+        # Ctrl-C: keep the best verified schedule so far (the contract of ccplan.errors).
+        interrupted = True
     facts: dict[str, object] = {
         "lower_bound_slots": bound,
-        "reached_bound": best.makespan <= bound,
+        "reached_bound": best is not None and best.makespan <= bound,
         "restarts": restarts,
         "reroute_iterations": lns_iterations,
         "seconds": time.perf_counter() - start,
         "budget_seconds": budget,
     }
+    if timed_out:
+        facts["stopped_by_time_limit"] = timed_out
+    if interrupted:
+        facts["interrupted"] = True
     return best, cands, facts
 
 
@@ -290,8 +359,11 @@ def rip_up_reroute(
                 res.release(link_index[(snd.src, snd.dst)], snd.slot)
         opts = MtegOptions(select=rng.choice(("tree-cost", "earliest")), horizon=max(1, key[0]))
         kept = {c: trial[c] for c in order}
-        new = extend_schedule(instance, (), [tasks[c] for c in order], opts, reservations=res,
-                              partial=kept)
+        try:
+            new = extend_schedule(instance, (), [tasks[c] for c in order], opts, reservations=res,
+                                  partial=kept, deadline=Deadline(deadline))
+        except OutOfTimeError:
+            break  # the reservations are half-updated, but best_by_chunk does not depend on them
         for snd in new:
             trial[snd.chunk].append(snd)
         new_key, new_finish = _score(lat, trial)
@@ -345,11 +417,17 @@ def _pick_leaves(rng: random.Random, by_chunk: dict[Chunk, list[Send]], lat: dic
         removed.setdefault(snd.chunk, []).append(snd)
 
 
-def _fixed_variants(multi_chunk: bool) -> Iterator[MtegOptions | LayeredOptions]:
+def _fixed_variants(multi_chunk: bool, cheap_first: bool = False) -> Iterator[MtegOptions | LayeredOptions]:
+    # One tree per chunk is far cheaper than one Steiner tree per task when a task has many
+    # chunks (1 s against 36 s for DGX-1 AllGather with C=300); under a time limit it runs
+    # first so that a schedule exists early.
+    if multi_chunk and cheap_first:
+        yield MtegOptions(tree="chunk", interleave=True)
     yield MtegOptions()
     yield MtegOptions(select="earliest")
     if multi_chunk:
-        yield MtegOptions(tree="chunk", interleave=True)
+        if not cheap_first:
+            yield MtegOptions(tree="chunk", interleave=True)
         yield MtegOptions(tree="chunk", interleave=True, select="earliest")
     yield LayeredOptions(slack=0)
     yield LayeredOptions(slack=1)
@@ -384,6 +462,11 @@ def heuristic_engine(instance: Instance, options: SolveOptions) -> Outcome:
     set the budget; ``seed`` the restarts. Status ``feasible`` (optimal is never claimed)."""
     effort = str(options.extra.get("effort", "normal"))
     best, cands, facts = heuristic_search(instance, options.time_limit, effort, options.seed)
+    if best is None:
+        reason = f"time limit of {options.time_limit:g} s reached before any variant completed a schedule"
+        if facts.get("interrupted"):
+            reason = "interrupted before any variant completed a schedule"
+        return Outcome(schedule=None, status="unknown", details={"reason": reason, **facts})
     makespans: dict[str, int] = {}
     for c in cands:
         makespans.setdefault(c.label, c.makespan)

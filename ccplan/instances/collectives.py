@@ -323,6 +323,9 @@ def make_collective(
         ) from None
     if kind in ROOTED and root is None:
         root = topology.gpus[0]
+    from ccplan.limits import check_collective
+
+    check_collective(kind, topology, chunks)
     return factory(topology, chunks=chunks, root=root, dests=dests)
 
 

@@ -67,6 +67,8 @@ def parse_size(text: str | int | float) -> float:
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
         raise ValidationError(f"size must be positive, got {text!r}")
+    if value < 1:
+        raise ValidationError(f"size must be at least one byte, got {text!r} ({value:g} bytes)")
     return value
 
 
@@ -132,6 +134,12 @@ class Instance:
         except ValidationError as exc:
             raise ValidationError(f"instance.size_bytes: {exc}") from None
         object.__setattr__(self, "size_bytes", size)
+        if size / self.collective.pieces < 1:
+            raise ValidationError(
+                f"size {format_size(size)} split into {self.collective.pieces} chunks gives chunks of "
+                f"{size / self.collective.pieces:g} bytes; a chunk is at least one byte "
+                "(raise the size or lower --chunks)"
+            )
         if self.tau_rule not in TAU_RULES:
             raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {self.tau_rule!r}")
         if self.tau_rule == "explicit":
@@ -152,6 +160,83 @@ class Instance:
             if t < 0:
                 raise ValidationError(f"outages: slot must be >= 0, got {t} on link {a}->{b}")
         object.__setattr__(self, "outages", outages)
+        self._check_slots()
+        self._check_reachable()
+
+    def _check_slots(self) -> None:
+        """Reject a slot length that makes a hop's ``l`` or ``delta`` absurd or overflow.
+
+        A 1e308 GB/s link next to a 50 GB/s one, an alpha of 1e300 us or an explicit
+        ``tau_us`` of 1e-12 give per-hop slot counts no schedule could use; the message names
+        the link and the value instead of an OverflowError later.
+        """
+        from ccplan.limits import MAX_SLOTS_PER_HOP, slots_per_hop
+
+        tau = self.tau_us
+        if not (math.isfinite(tau) and tau > 0):
+            raise ValidationError(
+                f"slot length tau underflows to {tau!r} us (chunk of {self.chunk_bytes:g} bytes on "
+                f"links up to {self.topology.bandwidth.max():g} GB/s)"
+            )
+        occupancy, delay = slots_per_hop(self)
+        for name, values, field_name in (
+            ("an occupancy l", occupancy, "bandwidth_GBps"),
+            ("a delay delta", delay, "alpha_us"),
+        ):
+            worst = int(np.argmax(values))
+            if not values[worst] <= MAX_SLOTS_PER_HOP:
+                link = self.topology.links[worst]
+                value = getattr(link, field_name)
+                raise ValidationError(
+                    f"link {link.src}->{link.dst}: {field_name} {value:g} gives {name} of "
+                    f"{values[worst]:.3g} slots of tau={tau:.3g} us (at most {MAX_SLOTS_PER_HOP:.0e}); "
+                    "check the link or use --tau-rule slowest / a larger --tau-us"
+                )
+
+    def _check_reachable(self) -> None:
+        """Reject a topology that cannot host the collective: a demand no path can serve.
+
+        Data-movement collectives need a path from some holder of each chunk to each node
+        that wants it; combining ones (every contribution is reduced into the result) need a
+        path from every holder. Strongly connected components answer almost every case at
+        once; only demands across components fall back to a search per holder set.
+        """
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import breadth_first_order, connected_components
+
+        topo = self.topology
+        index = topo.node_index
+        n = topo.num_nodes
+        rows = [index[lk.src] for lk in topo.links]
+        cols = [index[lk.dst] for lk in topo.links]
+        graph = csr_matrix((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
+        _count, labels = connected_components(graph, directed=True, connection="strong")
+        reach_cache: dict[int, frozenset[int]] = {}
+
+        def reach(node: int) -> frozenset[int]:
+            if node not in reach_cache:
+                order = breadth_first_order(graph, index[node], directed=True, return_predecessors=False)
+                reach_cache[node] = frozenset(topo.node_ids[i] for i in order)
+            return reach_cache[node]
+
+        every = self.collective.combining
+        pre = dict(self.collective.pre)
+        for chunk, targets in self.collective.post:
+            sources = pre[chunk]
+            if len({int(labels[index[v]]) for v in (*sources, *targets)}) == 1:
+                continue  # one strongly connected component: every path exists
+            for node in targets:
+                others = [s for s in sources if s != node]
+                if not others:
+                    continue
+                ok = [s for s in others if labels[index[s]] == labels[index[node]] or node in reach(s)]
+                if (len(ok) == len(others)) if every else ok:
+                    continue
+                source = sorted(set(others) - set(ok))[0]
+                raise ValidationError(
+                    f"topology {topo.name!r} cannot host {self.collective.kind}: chunk {list(chunk)} "
+                    f"cannot reach node {node} (no path from node {source})"
+                )
 
     # ----------------------------------------------------------------- slotted numbers
     @property

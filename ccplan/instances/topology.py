@@ -386,6 +386,11 @@ def make_topology(
     kinds: dict[int, NodeKind] = {g: "gpu" for g in gpus}
     for s in switches:
         kinds[s] = "switch"
+    duplex_links = list(duplex_links)
+    directed_links = list(directed_links)
+    from ccplan.limits import estimate_topology
+
+    estimate_topology(name, len(kinds), 2 * len(duplex_links) + len(directed_links)).check()
     links: list[Link] = []
     for a, b, bw, alpha in duplex_links:
         links.append(Link(a, b, float(bw), float(alpha)))

@@ -160,6 +160,13 @@ class Schedule:
         if not isinstance(raw, list):
             raise ValidationError("schedule.sends must be a list")
         sends = tuple(Send.from_dict(s, f"sends[{i}]") for i, s in enumerate(raw))
+        if not instance.collective.combining:
+            for i, send in enumerate(sends):
+                if send.reduce:
+                    raise ValidationError(
+                        f"sends[{i}].reduce is true but {instance.collective.kind} is not a combining "
+                        "collective (reduce applies to reducescatter, allreduce and reduce)"
+                    )
         method = data.get("method", "")
         if not isinstance(method, str):
             raise ValidationError(f"schedule.method must be a string, got {method!r}")
@@ -168,13 +175,26 @@ class Schedule:
 
 def save_schedule(path: str | Path, instance: Instance, schedule: Schedule) -> None:
     """Write a schedule file atomically (a temporary file renamed into place)."""
-    target = Path(path)
+    from ccplan.export.atomic import write_atomic
+
     text = json.dumps(schedule.to_dict(instance), indent=None, separators=(",", ":"))
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(target)
+    write_atomic(path, text + "\n")
 
 
-def load_schedule(path: str | Path) -> tuple[Instance, Schedule]:
-    """Read a schedule file written by :func:`save_schedule`."""
-    return Schedule.from_dict(load_json(path, "schedule"))
+def load_schedule(path: str | Path, *, check_budget: bool = True) -> tuple[Instance, Schedule]:
+    """Read a schedule file written by :func:`save_schedule`.
+
+    Parameters
+    ----------
+    path : str or Path
+    check_budget : bool
+        Refuse (:class:`~ccplan.errors.ResourceLimitError`) a schedule whose replay by the
+        verifier, simulator or exporters would not fit the memory budget
+        (:func:`ccplan.limits.estimate_schedule`).
+    """
+    instance, schedule = Schedule.from_dict(load_json(path, "schedule"))
+    if check_budget:
+        from ccplan.limits import estimate_schedule
+
+        estimate_schedule(instance, schedule, f"schedule file {str(path)!r}").check()
+    return instance, schedule

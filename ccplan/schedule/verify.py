@@ -24,6 +24,7 @@ VIOLATION_KINDS: tuple[str, ...] = (
     "single-port-send",
     "single-port-receive",
     "postcondition",
+    "reduce-not-combining",
     # combining collectives (ccplan.schedule.combining)
     "double-count",
     "copy-overwrite",
@@ -201,6 +202,19 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
     # arrivals that a send in slot t may rely on are registered before slot t is processed.
     for send in schedule.sends:
         key = (send.src, send.dst)
+        if send.reduce:
+            # A reduce combines contributions; a data-movement collective has none to combine.
+            violations.append(
+                Violation(
+                    "reduce-not-combining",
+                    f"{send.describe()}: {coll.kind} is not a combining collective, a send "
+                    "cannot reduce",
+                    send.chunk,
+                    key,
+                    send.slot,
+                )
+            )
+            continue
         if send.chunk not in holders:
             violations.append(
                 Violation(
