@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
     {"ring", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
-     "hierarchical", "multitree"}
+     "hierarchical", "multitree", "exact-combining"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
