@@ -270,10 +270,15 @@ def _reduce_on(p: Placer, adj: Mapping[int, set[int]], sink: int, chunks: Sequen
             if kind[nxt] == "gpu":
                 break
         hops_exist = all(p.topo.has_link(a, b) for a, b in pairwise(path))
-        anc = path[-1]
         for c in chunks:
-            arr = p.reduce_to(c, x, anc, ready[(c, x)], sink=sink, path=path if hops_exist else None)
-            ready[(c, anc)] = max(ready[(c, anc)], arr)
+            route = path if hops_exist else p._partial_path(c, x, path[-1], sink, exchange=False)
+            if sink in route[1:-1]:
+                # Every route to the ancestor passes the sink (one-way links): stop there. The
+                # sink is where the whole reduction ends, so the partial sum is counted once
+                # either way; passing through would carry the sink's own sum away.
+                route = route[: route.index(sink) + 1]
+            arr = p.reduce_to(c, x, route[-1], ready[(c, x)], sink=sink, path=route)
+            ready[(c, route[-1])] = max(ready[(c, route[-1])], arr)
     for c in chunks:
         p.mark_full(c, sink, ready[(c, sink)])
 
