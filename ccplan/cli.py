@@ -221,6 +221,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
             ("lower bound", f"{data['lower_bound_slots']} slots (gap {_fmt(data['gap'], '.1%')})"),
             ("algbw", f"{_fmt(data['algbw_GBps'])} GB/s"),
+            ("busbw", f"{_fmt(data.get('busbw_GBps'))} GB/s"),
             ("verified", str(data["verified"])),
             ("sends", _fmt(data["num_sends"])),
             ("seconds", f"{data['solve_seconds']:.3f}"),
