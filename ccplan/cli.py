@@ -56,12 +56,24 @@ def _parse_dests(text: str | None) -> tuple[int, ...] | None:
         raise ValidationError(f"--dests must be a comma-separated list of node ids, got {text!r}") from None
 
 
-def _instance(args: argparse.Namespace) -> Any:
+def _chunks_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
+
+
+def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     from ccplan.instances import make_collective, make_instance
 
     topology = _topology(args)
+    count = args.chunks if chunks is None else chunks
+    if count == "auto":
+        raise ValidationError("--chunks auto is only available for `solve`")
     collective = make_collective(
-        args.collective, topology, chunks=args.chunks, root=args.root, dests=_parse_dests(args.dests)
+        args.collective, topology, chunks=count, root=args.root, dests=_parse_dests(args.dests)
     )
     return make_instance(
         topology,
@@ -90,7 +102,12 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--root", type=int, help="root GPU of rooted collectives (default: the first GPU)")
     g.add_argument("--dests", help="multicast destinations, comma-separated")
     g.add_argument("--size", default="1MB", help="output buffer size, e.g. 64KB, 1MB, 1GB (decimal) or bytes")
-    g.add_argument("--chunks", type=int, default=1, help="chunks per contribution C (default 1)")
+    g.add_argument(
+        "--chunks",
+        type=_chunks_arg,
+        default=1,
+        help="chunks per contribution C (default 1); `auto` (solve only): try 1, 2, 4, 8, keep the fastest",
+    )
     g.add_argument(
         "--tau-rule",
         default="fastest",
@@ -183,7 +200,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     progress_path = Path(args.progress) if args.progress else None
     dump = Path(args.dump_model) if args.dump_model else None
     _check_writable(out, report_path, log_path, progress_path, dump)
-    instance = _instance(args)
+    instance = _instance(args, 1 if args.chunks == "auto" else None)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
     if args.solver:
@@ -205,7 +222,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     )
     if not args.quiet:
         print(f"solving {instance.describe()} with {args.method} ...", file=sys.stderr, flush=True)
-    result = solve(instance, args.method, options)
+    if args.chunks == "auto":
+        from ccplan.heuristics.combine import solve_auto_chunks
+
+        instance, result = solve_auto_chunks(lambda c: _instance(args, c), args.method, options)
+    else:
+        result = solve(instance, args.method, options)
     data = result.to_dict(instance)
     if result.schedule is not None and out is not None:
         save_schedule(out, instance, result.schedule)

@@ -43,7 +43,7 @@ from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, allgather, broadcast
 from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
-from ccplan.methods import Outcome, SolveOptions, get_engine
+from ccplan.methods import Outcome, Result, SolveOptions, get_engine, solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -277,3 +277,64 @@ def combining_engine(method: str) -> Callable[[Instance, SolveOptions], Outcome]
 def needs_reversal(method: str, instance: Instance) -> bool:
     """Whether ``solve`` must route ``instance`` through :func:`solve_combining`."""
     return instance.collective.combining and method not in NATIVE_COMBINING
+
+
+AUTO_CHUNKS: tuple[int, ...] = (1, 2, 4, 8)
+"""Chunk counts ``C`` tried by ``--chunks auto``."""
+
+AUTO_MAX_PIECES = 64
+"""``--chunks auto`` skips a ``C`` that cuts the buffer into more pieces than this (the
+schedulers' work grows with the chunk count; more pieces than that never paid off at 1 GB)."""
+
+
+def solve_auto_chunks(
+    build: Callable[[int], Instance], method: str, options: SolveOptions | None = None
+) -> tuple[Instance, Result]:
+    """Pick the chunk count for the size: solve with every ``C`` of :data:`AUTO_CHUNKS` and
+    keep the verified schedule with the shortest time (microseconds, since a slot's length
+    changes with ``C``).
+
+    Parameters
+    ----------
+    build : callable
+        ``C -> Instance`` (same topology, collective and size).
+    method : str
+    options : SolveOptions, optional
+        A time limit is shared evenly among the candidates.
+
+    Returns
+    -------
+    (Instance, Result)
+        The chosen instance and its result; ``details["auto_chunks"]`` maps every ``C`` tried
+        to its makespan in microseconds (None when it failed or did not verify).
+
+    Raises
+    ------
+    ValidationError
+        No candidate gave a verified schedule (the first failure is named).
+    """
+    opts = options or SolveOptions()
+    first = build(AUTO_CHUNKS[0])
+    per_c = first.collective.pieces // first.collective.chunks
+    candidates = [c for c in AUTO_CHUNKS if c == 1 or c * per_c <= AUTO_MAX_PIECES]
+    share = _phase_options(opts, 1.0 / len(candidates))
+    tried: dict[str, float | None] = {}
+    best: tuple[float, Instance, Result] | None = None
+    failure: str | None = None
+    for c in candidates:
+        instance = first if c == AUTO_CHUNKS[0] else build(c)
+        try:
+            result = solve(instance, method, share)
+        except ValidationError as exc:
+            failure = failure or f"C={c}: {exc}"
+            tried[str(c)] = None
+            continue
+        us = result.makespan_us if result.verified else None
+        tried[str(c)] = us
+        if us is not None and (best is None or us < best[0]):
+            best = (us, instance, result)
+    if best is None:
+        raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
+    _, instance, result = best
+    log.info("--chunks auto chose C=%d of %s", instance.collective.chunks, tried)
+    return instance, replace(result, details={**dict(result.details), "auto_chunks": tried})
