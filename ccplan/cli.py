@@ -221,7 +221,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra=extra,
     )
     if not args.quiet:
-        print(f"solving {instance.describe()} with {args.method} ...", file=sys.stderr, flush=True)
+        what = instance.describe() + (" (--chunks auto: C = 1, 2, 4, 8)" if args.chunks == "auto" else "")
+        print(f"solving {what} with {args.method} ...", file=sys.stderr, flush=True)
     if args.chunks == "auto":
         from ccplan.heuristics.combine import solve_auto_chunks
 
