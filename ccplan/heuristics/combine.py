@@ -22,8 +22,10 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   shifted by the ReduceScatter makespan (``"concat"``). ``"overlap"`` then moves every
   AllGather send as early as its inputs allow: a chunk's broadcast may start as soon as *that*
   chunk is reduced at its owner, and may reach a GPU once that GPU has sent on its own partial
-  sum of it (a copy of the finished sum must not be folded into a partial one). The default
-  (``"best"``) keeps the shorter of the two verified schedules.
+  sum of it (a copy of the finished sum must not be folded into a partial one).
+  ``"pipelined"`` first re-places the ReduceScatter shard by shard (:func:`relist`), so that
+  shards finish one after another instead of all at its end, then overlaps the AllGather in
+  the order the shards finish. The default (``"best"``) keeps the shortest verified schedule.
 
 Routing: :func:`ccplan.methods.solve` sends a combining instance here (:func:`solve_combining`)
 unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
@@ -55,7 +57,7 @@ NATIVE_COMBINING: frozenset[str] = frozenset(
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
-ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap")
+ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap", "pipelined")
 
 
 def _sub_instance(instance: Instance, topology: Any, collective: Any) -> Instance:
@@ -146,8 +148,12 @@ def _reversed_phase(
     return reverse_schedule(rev_instance, schedule), outcome
 
 
-def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Schedule:
-    """Move the AllGather sends of an AllReduce as early as their inputs allow (module doc)."""
+def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int, by_ready: bool = False) -> Schedule:
+    """Move the AllGather sends of an AllReduce as early as their inputs allow (module doc).
+
+    ``by_ready`` places them shard by shard in the order the shards finish their reduction
+    (each shard's sends in their own order), so a shard finished early is not queued behind
+    one that finishes late on a shared link."""
     topo = instance.topology
     occ = [int(x) for x in instance.occupancy]
     lat = [int(x) for x in instance.latency]
@@ -186,7 +192,8 @@ def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Sche
         del owners
         full_at[(c, c[0])] = done_at[c]
     out = list(rs.sends)
-    for s in ag.sends:
+    order = sorted(ag.sends, key=lambda x: (done_at[x.chunk], x.chunk, x.slot)) if by_ready else ag.sends
+    for s in order:
         link = topo.link_index[(s.src, s.dst)]
         ready = full_at.get((s.chunk, s.src), s.slot + shift)
         t = max(ready, last_event[(s.chunk, s.dst)] + 1 - lat[link], 0)
@@ -196,6 +203,49 @@ def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Sche
         full_at[(s.chunk, s.dst)] = t + lat[link]
         out.append(Send(slot=t, chunk=s.chunk, src=s.src, dst=s.dst, reduce=False))
     return Schedule(tuple(out), method=rs.method)
+
+
+def relist(instance: Instance, schedule: Schedule) -> Schedule:
+    """Re-place a ReduceScatter schedule shard by shard: every send, in the order (chunk index,
+    owner, original slot), at the earliest slot at which its link is free and every partial sum
+    of its chunk that reached its sender before it in ``schedule`` has arrived.
+
+    Each node sends the same partial sum as before (the same inputs precede it), so the
+    schedule stays valid; what changes is *when* shards finish. A reversed AllGather finishes
+    every shard near its end, because every GPU sends its partial sums in a different order;
+    in shard order the first shards finish early, and the AllGather of ``"overlap"`` can start
+    on them while the ReduceScatter still runs (opposite directions of the same links).
+    """
+    topo = instance.topology
+    occ = [int(x) for x in instance.occupancy]
+    lat = [int(x) for x in instance.latency]
+    inputs: dict[tuple[Chunk, int], list[Send]] = defaultdict(list)
+    for s in schedule.sends:
+        inputs[(s.chunk, s.dst)].append(s)
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    sport: set[tuple[int, int]] = set()
+    rport: set[tuple[int, int]] = set()
+    placed: dict[Send, int] = {}
+    out = []
+    for s in sorted(schedule.sends, key=lambda x: (x.chunk[1], x.chunk[0], x.slot)):
+        link = topo.link_index[(s.src, s.dst)]
+        arrival = {d: lat[topo.link_index[(d.src, d.dst)]] for d in inputs[(s.chunk, s.src)]}
+        deps = [d for d, L in arrival.items() if d.slot + L <= s.slot]
+        t = max((placed[d] + arrival[d] for d in deps), default=0)
+        while not all(
+            load[(link, x)] < instance.omega(link, x)
+            and not (instance.single_port and ((s.src, x) in sport or (s.dst, x) in rport))
+            for x in range(t, t + occ[link])
+        ):
+            t += 1
+        for x in range(t, t + occ[link]):
+            load[(link, x)] += 1
+            if instance.single_port:
+                sport.add((s.src, x))
+                rport.add((s.dst, x))
+        placed[s] = t
+        out.append(Send(slot=t, chunk=s.chunk, src=s.src, dst=s.dst, reduce=s.reduce))
+    return Schedule(tuple(sorted(out)), method=schedule.method)
 
 
 def solve_combining(instance: Instance, method: str, options: SolveOptions | None = None) -> Outcome:
@@ -246,6 +296,11 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             candidates.append(("concat", concat))
         if mode in ("best", "overlap"):
             candidates.append(("overlap", _overlap(instance, rs, ag, d_rs)))
+        if mode in ("best", "pipelined"):
+            staggered = relist(rs_instance, rs)
+            rep = verify(rs_instance, staggered)
+            if rep.ok and rep.makespan_slots is not None:
+                candidates.append(("pipelined", _overlap(instance, staggered, ag, rep.makespan_slots, True)))
         best: tuple[int, str, Schedule] | None = None
         for name, cand in candidates:
             rep = verify(instance, cand)
