@@ -258,3 +258,27 @@ def test_relisted_reducescatter_and_pipelined_allreduce_verify(seed):
     result = solve(ar_inst, "mteg", SolveOptions(extra={"allreduce": "pipelined"}))
     assert result.verified and result.makespan_slots >= result.lower_bound_slots
     assert numeric_replay(ar_inst, result.schedule)
+
+
+DUALITY_SEEDS = tuple(
+    s for s in CERTIFIED_SEEDS if random_combining(s).collective.kind in ("reducescatter", "reduce")
+)
+
+
+def test_reversal_duality_on_certified_optima(exact_answers):
+    """ReduceScatter / Reduce optimum = AllGather / Broadcast optimum on the reversed topology
+    (docs/collectives.md §3a, "Duality"), checked here with two independent exact engines: the
+    combining model on one side, the paper's MILP (``milp``) on the other."""
+    from ccplan.instances.collectives import allgather, broadcast
+
+    assert len(DUALITY_SEEDS) >= 10
+    for seed in DUALITY_SEEDS:
+        inst, answer = exact_answers[seed]
+        rev = inst.topology.reversed()
+        coll = inst.collective
+        twin = (allgather(rev, chunks=coll.chunks) if coll.kind == "reducescatter"
+                else broadcast(rev, chunks=coll.chunks, root=coll.root))
+        twin_inst = make_instance(rev, twin, inst.size_bytes, tau_rule=inst.tau_rule,
+                                  alpha_threshold=inst.alpha_threshold, single_port=inst.single_port)
+        result = solve(twin_inst, "milp", SolveOptions(time_limit=30))
+        assert result.status == "optimal" and result.makespan_slots == answer.makespan, seed
