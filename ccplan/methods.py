@@ -294,6 +294,7 @@ for _name, _module in {
     "layered": "ccplan.heuristics.layered",
     "heuristic": "ccplan.heuristics.search",
     "multitree": "ccplan.heuristics.multitree",
+    "cluster-allreduce": "ccplan.heuristics.multitree",
     "exact-combining": "ccplan.model.combining",
     **{
         name: "ccplan.heuristics.baselines"

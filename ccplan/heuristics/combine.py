@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
     {"ring", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
-     "hierarchical", "multitree", "exact-combining"}
+     "hierarchical", "multitree", "exact-combining", "cluster-allreduce"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
@@ -301,6 +301,14 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             rep = verify(rs_instance, staggered)
             if rep.ok and rep.makespan_slots is not None:
                 candidates.append(("pipelined", _overlap(instance, staggered, ag, rep.makespan_slots, True)))
+        try:
+            # Machines of several chassis: one reduction per chassis, one exchange per pair.
+            cluster = get_engine("cluster-allreduce")(instance, opts).schedule
+        except ValidationError as exc:
+            log.debug("cluster-allreduce does not apply: %s", exc)
+            cluster = None
+        if cluster is not None and mode == "best":
+            candidates.append(("cluster", cluster))
         best: tuple[int, str, Schedule] | None = None
         for name, cand in candidates:
             rep = verify(instance, cand)
@@ -337,9 +345,9 @@ def needs_reversal(method: str, instance: Instance) -> bool:
 AUTO_CHUNKS: tuple[int, ...] = (1, 2, 4, 8)
 """Chunk counts ``C`` tried by ``--chunks auto``."""
 
-AUTO_MAX_PIECES = 64
+AUTO_MAX_PIECES = 256
 """``--chunks auto`` skips a ``C`` that cuts the buffer into more pieces than this (the
-schedulers' work grows with the chunk count; more pieces than that never paid off at 1 GB)."""
+schedulers' work grows with the chunk count; DGX2 with 2 chassis, 32 GPUs, still gets C = 8)."""
 
 
 def solve_auto_chunks(
