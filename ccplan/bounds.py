@@ -101,8 +101,36 @@ no earlier than ``dist(p, u)`` and must arrive by ``D - min_w dist(x, w)`` -- re
 windows stay valid there too. So are the per-node ingress
 (a receiver ``w`` receives at least one message of every chunk it needs a foreign contribution
 of) and egress (a contributor sends at least one message of every chunk it must contribute to a
-foreign receiver) bounds. For AllReduce the reversed problem is empty and only latency, ingress and
-egress remain (valid, not tight).
+foreign receiver) bounds.
+
+*Combining cuts.* For a node set ``S`` (the candidate sets above and their complements), every
+chunk ``c`` with a contributor ``p`` in ``S`` and a receiver ``w`` outside needs a send of ``c``
+carrying ``p``'s contribution from inside to outside. Take the *last* such crossing on the chain
+that brings ``p`` to ``w``, on link ``(u, x)``: ``u`` holds ``p``'s contribution at its start, so it
+starts no earlier than ``min_{p in P_c ∩ S} dist(p, u)``, and after it the chain stays outside, so
+it lands by ``D - min_{w in W_c \ S} dist(x, w)``. Sends carry one chunk each, so the ``m_S``
+chunks need ``m_S`` distinct crossing sends in those windows. This holds whatever the nodes do
+with the data (switches reducing in-network included). For AllReduce on NDv2 with 2 chassis it
+puts ``N C`` sends through the one link out of each chassis, in each direction.
+
+*Gossip count.* A chunk whose contributors are exactly its receivers (AllReduce), ``n = |P_c|
+>= 2`` of them, needs at least ``2 (n - 1)`` sends. Replace each node's set by the union of all
+it has ever held and let a send carry its sender's union: every valid schedule stays valid
+(the verifier's sets are subsets), and sorting the sends by arrival slot gives a sequential
+one-way gossip (a send's payload depends only on arrivals before its start, which come earlier
+in that order because ``L >= 1``). There, let send ``k`` be the first after which some node
+``x`` (a GPU or a switch) knows everything: before it, every participant other than ``x`` has
+sent at least once (its contribution reached ``x``), ``n - 1`` sends with distinct senders;
+after it, every participant other than ``x`` is still incomplete (send ``k`` completed only
+``x``) and must receive a later send, ``n - 1`` more with distinct receivers. Sends that carry
+nothing (before ``min_g dist(g, u)`` at a switch ``u``) or whose content can no longer reach a
+GPU by ``D`` can be dropped without changing what the GPUs end with, so the count holds in the
+windows ``[min_g dist(g, u), D - L_e - min_g dist(x, g)]``: one aggregate cut over *all* links,
+``sum_e count_e >= sum_c 2 (|P_c| - 1)``. It is what makes AllReduce cost about twice AllGather
+on a symmetric machine without switches (DGX1 at 1 GB, C = 1: 5 slots against AllGather's 3).
+A per-node version (``2 (N-1)/N`` of the buffer through every GPU's links) is *not* valid here:
+with an in-network reduction every GPU sends and receives the buffer once, and the verifier
+accepts switch reductions.
 """
 
 from __future__ import annotations
@@ -691,6 +719,78 @@ def _combining_ports_us(instance: Instance, prob: _Movement) -> float:
     return best
 
 
+def _combining_set_cuts(
+    instance: Instance, prob: _Movement, dist: np.ndarray, windows: bool
+) -> list[_SetCut]:
+    r"""The combining cut of every candidate set ``S`` and of its complement (module docstring,
+    "Combining cuts"): one crossing send per chunk with a contributor inside and a receiver
+    outside, in the window ``[min_{p in P_c ∩ S} dist(p, u), D - L_e - min_{w in W_c \ S} dist(x, w)]``.
+    """
+    index = instance.topology.node_index
+    coll = instance.collective
+    groups: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for c in coll.chunk_ids:
+        key = (
+            tuple(sorted(index[p] for p in coll.holders[c])),
+            tuple(sorted(index[w] for w in coll.wanted.get(c, ()))),
+        )
+        groups[key] = groups.get(key, 0) + 1
+    sets = _candidate_sets(prob)
+    sets = sets + [~m for m in sets]
+    unique = {m.tobytes(): m for m in sets if 0 < int(m.sum()) < prob.n}
+    out = []
+    for inside in unique.values():
+        leaving = inside[prob.src] & ~inside[prob.dst]
+        need = 0
+        earliest = np.full(prob.n, np.inf)
+        to_out = np.full(prob.n, np.inf)
+        for (ps, ws), count in groups.items():
+            p_in = [p for p in ps if inside[p]]
+            w_out = [w for w in ws if not inside[w]]
+            if not p_in or not w_out:
+                continue
+            need += count
+            earliest = np.minimum(earliest, dist[p_in].min(axis=0))
+            to_out = np.minimum(to_out, dist[:, w_out].min(axis=1))
+        if need == 0 or not leaving.any():
+            continue
+        if not windows:
+            earliest = np.zeros(prob.n)
+            to_out = np.zeros(prob.n)
+        out.append(_SetCut(need, leaving, earliest, to_out))
+    return out
+
+
+def _gossip_cut(instance: Instance, prob: _Movement, dist: np.ndarray, windows: bool) -> _SetCut | None:
+    """The one-way gossip count as one aggregate cut over *all* links (module docstring,
+    "Gossip count"): ``2 (|P_c| - 1)`` sends for every chunk whose contributors are its
+    receivers, each starting no earlier than a contribution can be at its tail and arriving
+    early enough to still reach a GPU by ``D``."""
+    index = instance.topology.node_index
+    coll = instance.collective
+    need = 0
+    for c in coll.chunk_ids:
+        ps = coll.holders[c]
+        if len(ps) >= 2 and coll.wanted.get(c, frozenset()) == ps:
+            need += 2 * (len(ps) - 1)
+    if need == 0:
+        return None
+    gpus = [index[g] for g in instance.topology.gpus]
+    if windows:
+        earliest = dist[gpus].min(axis=0)
+        to_out = dist[:, gpus].min(axis=1)
+    else:
+        earliest = np.zeros(prob.n)
+        to_out = np.zeros(prob.n)
+    return _SetCut(need, np.ones(len(prob.src), dtype=bool), earliest, to_out)
+
+
+def _combining_cuts(instance: Instance, prob: _Movement, dist: np.ndarray, windows: bool) -> list[_SetCut]:
+    cuts = _combining_set_cuts(instance, prob, dist, windows)
+    gossip = _gossip_cut(instance, prob, dist, windows)
+    return cuts if gossip is None else [*cuts, gossip]
+
+
 # --------------------------------------------------------------------------- public API
 def _slot_triple(instance: Instance, time_windows: bool) -> tuple[int, int, int]:
     if instance.collective.combining:
@@ -699,7 +799,8 @@ def _slot_triple(instance: Instance, time_windows: bool) -> tuple[int, int, int]
         ports = _combining_ports_slots(instance, links)
         _, rev_ingress, rev_cut = _slot_bounds(_reversed_movement(instance), windows=time_windows)
         ingress = max(ports, rev_ingress)
-        return latency, ingress, max(ingress, rev_cut)
+        cuts = _combining_cuts(instance, links, _distances(links, links.lat), time_windows)
+        return latency, ingress, max(ingress, rev_cut, _set_cut_slots(links, _SlotCapacity(links), cuts))
     return _slot_bounds(_movement_of(instance), time_windows)
 
 
@@ -747,7 +848,8 @@ def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
         latency_us = _combining_direct(instance, weights_us, links)
         rev = _reversed_movement(instance)
         cut_us = _continuous_cut_of(rev, windows=time_windows)
-        cut_us = max(cut_us, _combining_ports_us(instance, links))
+        cuts = _combining_cuts(instance, links, _distances(links, weights_us), time_windows)
+        cut_us = max(cut_us, _combining_ports_us(instance, links), _set_cut_us(links, cuts, time_windows))
     else:
         prob = _movement_of(instance)
         latency_us, cut_us = _continuous_of(prob, time_windows)

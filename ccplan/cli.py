@@ -59,7 +59,16 @@ def _parse_dests(text: str | None) -> tuple[int, ...] | None:
         raise ValidationError(f"--dests must be a comma-separated list of node ids, got {text!r}") from None
 
 
-def _instance(args: argparse.Namespace) -> Any:
+def _chunks_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
+
+
+def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     from ccplan.instances import make_collective, make_instance
     from ccplan.instances.collectives import ROOTED
 
@@ -77,8 +86,11 @@ def _instance(args: argparse.Namespace) -> Any:
             f"--dests {args.dests}: only multicast takes destinations, not {args.collective}"
         )
     topology = _topology(args)
+    count = args.chunks if chunks is None else chunks
+    if count == "auto":
+        raise ValidationError("--chunks auto is only available for `solve`")
     collective = make_collective(
-        args.collective, topology, chunks=args.chunks, root=args.root, dests=_parse_dests(args.dests)
+        args.collective, topology, chunks=count, root=args.root, dests=_parse_dests(args.dests)
     )
     return make_instance(
         topology,
@@ -151,7 +163,12 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--root", type=int, help="root GPU of rooted collectives (default: the first GPU)")
     g.add_argument("--dests", help="multicast destinations, comma-separated")
     g.add_argument("--size", default="1MB", help="output buffer size, e.g. 64KB, 1MB, 1GB (decimal) or bytes")
-    g.add_argument("--chunks", type=int, default=1, help="chunks per contribution C (default 1)")
+    g.add_argument(
+        "--chunks",
+        type=_chunks_arg,
+        default=1,
+        help="chunks per contribution C (default 1); `auto` (solve only): try 1, 2, 4, 8, keep the fastest",
+    )
     g.add_argument(
         "--tau-rule",
         default="fastest",
@@ -288,7 +305,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from ccplan.methods import SolveOptions, get_engine, solve
 
     outputs = _solve_outputs(args)  # bad output paths fail before any work starts
-    instance = _instance(args)
+    instance = _instance(args, 1 if args.chunks == "auto" else None)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
     if args.solver:
@@ -309,10 +326,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra=extra,
     )
     if not args.quiet:
-        print(f"solving {instance.describe()} with {args.method} ...", file=sys.stderr, flush=True)
+        what = instance.describe() + (" (--chunks auto: C = 1, 2, 4, 8)" if args.chunks == "auto" else "")
+        print(f"solving {what} with {args.method} ...", file=sys.stderr, flush=True)
     try:
         try:
-            result = solve(instance, args.method, options)
+            if args.chunks == "auto":
+                from ccplan.heuristics.combine import solve_auto_chunks
+
+                instance, result = solve_auto_chunks(lambda c: _instance(args, c), args.method, options)
+            else:
+                result = solve(instance, args.method, options)
         except SolveInterrupted as stop:
             _stopping["handled"] = True
             saved: list[tuple[str, Path]] = []
@@ -337,6 +360,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
             ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots (gap {_fmt(data['gap'], '.1%')})"),
             ("algbw", f"{_fmt(data['algbw_GBps'])} GB/s"),
+            ("busbw", f"{_fmt(data.get('busbw_GBps'))} GB/s"),
             ("verified", str(data["verified"])),
             ("sends", _fmt(data["num_sends"])),
             ("seconds", f"{data['solve_seconds']:.3f}"),

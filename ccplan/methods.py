@@ -150,6 +150,12 @@ class Result:
             return None
         return self._instance(instance).algbw_GBps(self.makespan_us)
 
+    def busbw_GBps(self, instance: Instance | None = None) -> float | None:
+        """Bus bandwidth (nccl-tests convention): algbw times :func:`busbw_factor`."""
+        inst = self._instance(instance)
+        algbw = self.algbw_GBps(inst)
+        return None if algbw is None else algbw * busbw_factor(inst)
+
     @property
     def gap(self) -> float | None:
         """Relative gap ``(makespan - bound) / makespan``."""
@@ -171,6 +177,7 @@ class Result:
             "tau_us": self.tau_us,
             "makespan_us": self.makespan_us,
             "algbw_GBps": None if algbw is None or math.isinf(algbw) else algbw,
+            "busbw_GBps": None if algbw is None or math.isinf(algbw) else algbw * busbw_factor(inst),
             "solve_seconds": self.solve_seconds,
             "verified": self.verified,
             "num_sends": None if self.schedule is None else len(self.schedule),
@@ -179,6 +186,24 @@ class Result:
             out["violations"] = [str(v) for v in self.report.violations[:20]]
         out["details"] = _jsonable(dict(self.details))
         return out
+
+
+BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+}
+"""Collective -> busbw / algbw as a function of the GPU count ``n`` (nccl-tests'
+``PERFORMANCE.md``: the data each GPU's busiest link must carry, so the figure is comparable
+with the hardware's link bandwidth whatever ``n``). Collectives not listed (Broadcast, Reduce,
+...) have busbw = algbw."""
+
+
+def busbw_factor(instance: Instance) -> float:
+    """busbw / algbw for ``instance`` (:data:`BUSBW_FACTORS`, 1 when not listed)."""
+    factor = BUSBW_FACTORS.get(instance.collective.kind)
+    return 1.0 if factor is None else factor(len(instance.topology.gpus))
 
 
 def _jsonable(value: Any) -> Any:
@@ -327,6 +352,8 @@ for _name, _module in {
     "layered": "ccplan.heuristics.layered",
     "heuristic": "ccplan.heuristics.search",
     "multitree": "ccplan.heuristics.multitree",
+    "cluster-allreduce": "ccplan.heuristics.multitree",
+    "exact-combining": "ccplan.model.combining",
     **{
         name: "ccplan.heuristics.baselines"
         for name in (

@@ -39,27 +39,23 @@ from typing import Any
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
 from ccplan.instances.topology import Topology
+from ccplan.methods import BUSBW_FACTORS
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BUSBW_FACTORS",
     "EXPORT_ATTEMPTS",
+    "PLAN_COLLECTIVES",
     "PlanRequest",
     "PlanResult",
     "plan_cell",
     "run_plan",
 ]
 
-BUSBW_FACTORS: Mapping[str, Callable[[int], float]] = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-"""busbw = algbw x factor(n), nccl-tests' ``doc/PERFORMANCE.md`` (msccl_and_peers.md 4.1)."""
+PLAN_COLLECTIVES: tuple[str, ...] = (
+    "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce"
+)
+"""Collectives a plan accepts: those the MSCCL exporter maps to a runtime collective."""
 
 EXPORT_ATTEMPTS: tuple[Mapping[str, Any], ...] = (
     {"dialect": "executor", "inplace": True, "channels": 1},
@@ -136,9 +132,10 @@ class PlanRequest:
             parse_size(size)
         for coll in self.collectives:
             make_collective(coll, self.topology, chunks=self.chunks, root=self.root)
-            if coll not in BUSBW_FACTORS:
+            if coll not in PLAN_COLLECTIVES:
                 raise ValidationError(
-                    f"plan: collective {coll!r} has no MSCCL mapping (choose from {', '.join(BUSBW_FACTORS)})"
+                    f"plan: collective {coll!r} has no MSCCL mapping "
+                    f"(choose from {', '.join(PLAN_COLLECTIVES)})"
                 )
         for method in (*self.methods, *self.baselines):
             get_engine(method)
@@ -386,7 +383,8 @@ def run_plan(
     n = len(request.topology.gpus)
     for r in rows:
         algbw = r.get("algbw_GBps")
-        r["busbw_GBps"] = None if algbw is None else algbw * BUSBW_FACTORS[r["collective"]](n)
+        factor = BUSBW_FACTORS.get(r["collective"])
+        r["busbw_GBps"] = None if algbw is None else algbw * (1.0 if factor is None else factor(n))
 
     best_rows: list[dict[str, Any]] = []
     for coll in request.collectives:

@@ -22,8 +22,10 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   shifted by the ReduceScatter makespan (``"concat"``). ``"overlap"`` then moves every
   AllGather send as early as its inputs allow: a chunk's broadcast may start as soon as *that*
   chunk is reduced at its owner, and may reach a GPU once that GPU has sent on its own partial
-  sum of it (a copy of the finished sum must not be folded into a partial one). The default
-  (``"best"``) keeps the shorter of the two verified schedules.
+  sum of it (a copy of the finished sum must not be folded into a partial one).
+  ``"pipelined"`` first re-places the ReduceScatter shard by shard (:func:`relist`), so that
+  shards finish one after another instead of all at its end, then overlaps the AllGather in
+  the order the shards finish. The default (``"best"``) keeps the shortest verified schedule.
 
 Routing: :func:`ccplan.methods.solve` sends a combining instance here (:func:`solve_combining`)
 unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
@@ -43,7 +45,7 @@ from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, allgather, broadcast
 from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
-from ccplan.methods import Outcome, SolveOptions, get_engine
+from ccplan.methods import Outcome, Result, SolveOptions, get_engine, solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -51,11 +53,11 @@ log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
     {"ring", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
-     "hierarchical", "multitree"}
+     "hierarchical", "multitree", "exact-combining", "cluster-allreduce"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
-ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap")
+ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap", "pipelined")
 
 
 def _sub_instance(instance: Instance, topology: Any, collective: Any) -> Instance:
@@ -146,8 +148,12 @@ def _reversed_phase(
     return reverse_schedule(rev_instance, schedule), outcome
 
 
-def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Schedule:
-    """Move the AllGather sends of an AllReduce as early as their inputs allow (module doc)."""
+def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int, by_ready: bool = False) -> Schedule:
+    """Move the AllGather sends of an AllReduce as early as their inputs allow (module doc).
+
+    ``by_ready`` places them shard by shard in the order the shards finish their reduction
+    (each shard's sends in their own order), so a shard finished early is not queued behind
+    one that finishes late on a shared link."""
     topo = instance.topology
     occ = [int(x) for x in instance.occupancy]
     lat = [int(x) for x in instance.latency]
@@ -186,7 +192,8 @@ def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Sche
         del owners
         full_at[(c, c[0])] = done_at[c]
     out = list(rs.sends)
-    for s in ag.sends:
+    order = sorted(ag.sends, key=lambda x: (done_at[x.chunk], x.chunk, x.slot)) if by_ready else ag.sends
+    for s in order:
         link = topo.link_index[(s.src, s.dst)]
         ready = full_at.get((s.chunk, s.src), s.slot + shift)
         t = max(ready, last_event[(s.chunk, s.dst)] + 1 - lat[link], 0)
@@ -196,6 +203,49 @@ def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int) -> Sche
         full_at[(s.chunk, s.dst)] = t + lat[link]
         out.append(Send(slot=t, chunk=s.chunk, src=s.src, dst=s.dst, reduce=False))
     return Schedule(tuple(out), method=rs.method)
+
+
+def relist(instance: Instance, schedule: Schedule) -> Schedule:
+    """Re-place a ReduceScatter schedule shard by shard: every send, in the order (chunk index,
+    owner, original slot), at the earliest slot at which its link is free and every partial sum
+    of its chunk that reached its sender before it in ``schedule`` has arrived.
+
+    Each node sends the same partial sum as before (the same inputs precede it), so the
+    schedule stays valid; what changes is *when* shards finish. A reversed AllGather finishes
+    every shard near its end, because every GPU sends its partial sums in a different order;
+    in shard order the first shards finish early, and the AllGather of ``"overlap"`` can start
+    on them while the ReduceScatter still runs (opposite directions of the same links).
+    """
+    topo = instance.topology
+    occ = [int(x) for x in instance.occupancy]
+    lat = [int(x) for x in instance.latency]
+    inputs: dict[tuple[Chunk, int], list[Send]] = defaultdict(list)
+    for s in schedule.sends:
+        inputs[(s.chunk, s.dst)].append(s)
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    sport: set[tuple[int, int]] = set()
+    rport: set[tuple[int, int]] = set()
+    placed: dict[Send, int] = {}
+    out = []
+    for s in sorted(schedule.sends, key=lambda x: (x.chunk[1], x.chunk[0], x.slot)):
+        link = topo.link_index[(s.src, s.dst)]
+        arrival = {d: lat[topo.link_index[(d.src, d.dst)]] for d in inputs[(s.chunk, s.src)]}
+        deps = [d for d, L in arrival.items() if d.slot + L <= s.slot]
+        t = max((placed[d] + arrival[d] for d in deps), default=0)
+        while not all(
+            load[(link, x)] < instance.omega(link, x)
+            and not (instance.single_port and ((s.src, x) in sport or (s.dst, x) in rport))
+            for x in range(t, t + occ[link])
+        ):
+            t += 1
+        for x in range(t, t + occ[link]):
+            load[(link, x)] += 1
+            if instance.single_port:
+                sport.add((s.src, x))
+                rport.add((s.dst, x))
+        placed[s] = t
+        out.append(Send(slot=t, chunk=s.chunk, src=s.src, dst=s.dst, reduce=s.reduce))
+    return Schedule(tuple(sorted(out)), method=schedule.method)
 
 
 def solve_combining(instance: Instance, method: str, options: SolveOptions | None = None) -> Outcome:
@@ -246,6 +296,19 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             candidates.append(("concat", concat))
         if mode in ("best", "overlap"):
             candidates.append(("overlap", _overlap(instance, rs, ag, d_rs)))
+        if mode in ("best", "pipelined"):
+            staggered = relist(rs_instance, rs)
+            rep = verify(rs_instance, staggered)
+            if rep.ok and rep.makespan_slots is not None:
+                candidates.append(("pipelined", _overlap(instance, staggered, ag, rep.makespan_slots, True)))
+        try:
+            # Machines of several chassis: one reduction per chassis, one exchange per pair.
+            cluster = get_engine("cluster-allreduce")(instance, opts).schedule
+        except ValidationError as exc:
+            log.debug("cluster-allreduce does not apply: %s", exc)
+            cluster = None
+        if cluster is not None and mode == "best":
+            candidates.append(("cluster", cluster))
         best: tuple[int, str, Schedule] | None = None
         for name, cand in candidates:
             rep = verify(instance, cand)
@@ -277,3 +340,64 @@ def combining_engine(method: str) -> Callable[[Instance, SolveOptions], Outcome]
 def needs_reversal(method: str, instance: Instance) -> bool:
     """Whether ``solve`` must route ``instance`` through :func:`solve_combining`."""
     return instance.collective.combining and method not in NATIVE_COMBINING
+
+
+AUTO_CHUNKS: tuple[int, ...] = (1, 2, 4, 8)
+"""Chunk counts ``C`` tried by ``--chunks auto``."""
+
+AUTO_MAX_PIECES = 256
+"""``--chunks auto`` skips a ``C`` that cuts the buffer into more pieces than this (the
+schedulers' work grows with the chunk count; DGX2 with 2 chassis, 32 GPUs, still gets C = 8)."""
+
+
+def solve_auto_chunks(
+    build: Callable[[int], Instance], method: str, options: SolveOptions | None = None
+) -> tuple[Instance, Result]:
+    """Pick the chunk count for the size: solve with every ``C`` of :data:`AUTO_CHUNKS` and
+    keep the verified schedule with the shortest time (microseconds, since a slot's length
+    changes with ``C``).
+
+    Parameters
+    ----------
+    build : callable
+        ``C -> Instance`` (same topology, collective and size).
+    method : str
+    options : SolveOptions, optional
+        A time limit is shared evenly among the candidates.
+
+    Returns
+    -------
+    (Instance, Result)
+        The chosen instance and its result; ``details["auto_chunks"]`` maps every ``C`` tried
+        to its makespan in microseconds (None when it failed or did not verify).
+
+    Raises
+    ------
+    ValidationError
+        No candidate gave a verified schedule (the first failure is named).
+    """
+    opts = options or SolveOptions()
+    first = build(AUTO_CHUNKS[0])
+    per_c = first.collective.pieces // first.collective.chunks
+    candidates = [c for c in AUTO_CHUNKS if c == 1 or c * per_c <= AUTO_MAX_PIECES]
+    share = _phase_options(opts, 1.0 / len(candidates))
+    tried: dict[str, float | None] = {}
+    best: tuple[float, Instance, Result] | None = None
+    failure: str | None = None
+    for c in candidates:
+        instance = first if c == AUTO_CHUNKS[0] else build(c)
+        try:
+            result = solve(instance, method, share)
+        except ValidationError as exc:
+            failure = failure or f"C={c}: {exc}"
+            tried[str(c)] = None
+            continue
+        us = result.makespan_us if result.verified else None
+        tried[str(c)] = us
+        if us is not None and (best is None or us < best[0]):
+            best = (us, instance, result)
+    if best is None:
+        raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
+    _, instance, result = best
+    log.info("--chunks auto chose C=%d of %s", instance.collective.chunks, tried)
+    return instance, replace(result, details={**dict(result.details), "auto_chunks": tried})

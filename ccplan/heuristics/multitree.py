@@ -51,7 +51,7 @@ from ccplan.heuristics.baselines import Placer
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.methods import Outcome, SolveOptions, register
-from ccplan.schedule.core import Schedule
+from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
 
@@ -270,10 +270,15 @@ def _reduce_on(p: Placer, adj: Mapping[int, set[int]], sink: int, chunks: Sequen
             if kind[nxt] == "gpu":
                 break
         hops_exist = all(p.topo.has_link(a, b) for a, b in pairwise(path))
-        anc = path[-1]
         for c in chunks:
-            arr = p.reduce_to(c, x, anc, ready[(c, x)], sink=sink, path=path if hops_exist else None)
-            ready[(c, anc)] = max(ready[(c, anc)], arr)
+            route = path if hops_exist else p._partial_path(c, x, path[-1], sink, exchange=False)
+            if sink in route[1:-1]:
+                # Every route to the ancestor passes the sink (one-way links): stop there. The
+                # sink is where the whole reduction ends, so the partial sum is counted once
+                # either way; passing through would carry the sink's own sum away.
+                route = route[: route.index(sink) + 1]
+            arr = p.reduce_to(c, x, route[-1], ready[(c, x)], sink=sink, path=route)
+            ready[(c, route[-1])] = max(ready[(c, route[-1])], arr)
     for c in chunks:
         p.mark_full(c, sink, ready[(c, sink)])
 
@@ -380,3 +385,244 @@ def multitree_engine(instance: Instance, options: SolveOptions) -> Outcome:
     """Registered engine ``multitree`` (``004_*.txt``, Steps 1-3)."""
     schedule, summary = multitree_schedule(instance, options)
     return Outcome(schedule=schedule, status="feasible", details=summary)
+
+
+# ====================================================================== cluster AllReduce
+class _Links:
+    """Earliest-fit booking of sends on the slotted links (occupancy, ``omega``, outages,
+    single-port), and the sends booked."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.occ = [int(x) for x in instance.occupancy]
+        self.lat = [int(x) for x in instance.latency]
+        self.load: dict[tuple[int, int], int] = defaultdict(int)
+        self.sport: set[tuple[int, int]] = set()
+        self.rport: set[tuple[int, int]] = set()
+        self.count = [0] * instance.topology.num_links
+        self.sends: list[Send] = []
+
+    def _free(self, link: int, src: int, dst: int, t: int) -> bool:
+        inst = self.instance
+        for x in range(t, t + self.occ[link]):
+            if self.load[(link, x)] >= inst.omega(link, x):
+                return False
+            if inst.single_port and ((src, x) in self.sport or (dst, x) in self.rport):
+                return False
+        return True
+
+    def send(self, chunk: Chunk, src: int, dst: int, ready: int, reduce: bool) -> tuple[int, int]:
+        """Book ``src -> dst`` at the first free slot ``>= ready``; returns (start, arrival)."""
+        link = self.instance.topology.link_index[(src, dst)]
+        t = max(0, ready)
+        while not self._free(link, src, dst, t):
+            t += 1
+        for x in range(t, t + self.occ[link]):
+            self.load[(link, x)] += 1
+            if self.instance.single_port:
+                self.sport.add((src, x))
+                self.rport.add((dst, x))
+        self.count[link] += 1
+        self.sends.append(Send(slot=t, chunk=chunk, src=src, dst=dst, reduce=reduce))
+        return t, t + self.lat[link]
+
+
+def _useful(tree: Mapping[int, int], kind: Mapping[int, str]) -> set[int]:
+    """Nodes of the tree with a GPU at or below them (switch-only branches carry nothing)."""
+    keep: set[int] = set()
+    for x in tree:
+        if kind[x] == "gpu":
+            y = x
+            while y in tree and y not in keep:
+                keep.add(y)
+                y = tree[y]
+    return keep
+
+
+def _hops(tree: Mapping[int, int], x: int, root: int) -> int:
+    n = 0
+    while x != root:
+        x, n = tree[x], n + 1
+    return n
+
+
+def _clusters(instance: Instance) -> list[frozenset[int]]:
+    """Weakly connected components of the links faster than the slowest (the chassis)."""
+    topo = instance.topology
+    slowest = min(lk.bandwidth_GBps for lk in topo.links)
+    parent = {v: v for v in topo.node_ids}
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for lk in topo.links:
+        if lk.bandwidth_GBps > slowest:
+            parent[find(lk.src)] = find(lk.dst)
+    groups: dict[int, set[int]] = defaultdict(set)
+    for v in topo.node_ids:
+        groups[find(v)].add(v)
+    return [frozenset(g) for g in groups.values()]
+
+
+def _cluster_tree(instance: Instance, root: int, inside: frozenset[int], towards: bool) -> dict[int, int]:
+    """Cheapest-occupancy tree of ``root`` inside one cluster (Prim; see :func:`_prim`)."""
+    return _prim(instance, root, inside, towards)
+
+
+def _prim(instance: Instance, root: int, inside: frozenset[int], towards: bool) -> dict[int, int]:
+    import heapq
+
+    topo = instance.topology
+    occ = instance.occupancy
+    adjacency = topo.in_links if towards else topo.out_links
+    depth = {root: 0}
+    nxt: dict[int, int] = {}
+    heap: list[tuple[int, int, int, int]] = []
+
+    def push(a: int) -> None:
+        for li in adjacency[a]:
+            lk = topo.links[li]
+            b = lk.src if towards else lk.dst
+            if b in inside and b not in depth:
+                heapq.heappush(heap, (int(occ[li]), depth[a] + 1, b, a))
+
+    push(root)
+    while heap:
+        _, d, b, a = heapq.heappop(heap)
+        if b not in depth:
+            depth[b], nxt[b] = d, a
+            push(b)
+    return nxt
+
+
+def _path_inside(instance: Instance, src: int, dst: int, inside: frozenset[int]) -> list[int] | None:
+    """Fewest-hops path ``src -> dst`` through nodes of one cluster."""
+    topo = instance.topology
+    prev = {src: src}
+    frontier = [src]
+    while frontier and dst not in prev:
+        nxt = []
+        for a in frontier:
+            for li in topo.out_links[a]:
+                b = topo.links[li].dst
+                if b in inside and b not in prev:
+                    prev[b] = a
+                    nxt.append(b)
+        frontier = nxt
+    if dst not in prev:
+        return None
+    path = [dst]
+    while path[-1] != src:
+        path.append(prev[path[-1]])
+    return path[::-1]
+
+
+def cluster_allreduce_schedule(instance: Instance) -> Schedule:
+    """AllReduce across chassis, every chunk reduced once per chassis and exchanged once per
+    pair of chassis, pipelined chunk after chunk.
+
+    For chunk ``k`` and every ordered pair of chassis ``(A, B)``, the least used direct link
+    ``A -> B`` (``o_AB -> h_AB``) is chosen. Chassis ``B`` reduces its GPUs' contributions up a
+    cheapest-occupancy tree to ``r_B``, the head of the link chosen *into* ``B`` (switches
+    reduce in-network); ``r_B`` copies its partial sum to the tail ``o_BA`` of every link out of
+    ``B``, which sends it across; ``r_A`` folds every other chassis's partial sum into its own
+    and so holds the full sum, which it copies down a tree to its chassis. Each chassis thus
+    computes the full sum itself and every chunk crosses each pair of chassis once in each
+    direction, the minimum the combining cut allows. Ordering guards keep the verifier's
+    rules: a partial sum from outside lands at ``r_A`` only after ``r_A`` has sent its own on,
+    and a full copy reaches a relay only after it has sent on the partial sum it relayed.
+    """
+    topo = instance.topology
+    clusters = [c for c in _clusters(instance) if any(topo.kind[v] == "gpu" for v in c)]
+    if len(clusters) < 2:
+        raise ValidationError(
+            f"cluster-allreduce: {topo.name!r} has one chassis (no slower links between groups)"
+        )
+    between: dict[tuple[int, int], list[int]] = defaultdict(list)
+    where = {v: i for i, c in enumerate(clusters) for v in c}
+    for li, lk in enumerate(topo.links):
+        a, b = where.get(lk.src), where.get(lk.dst)
+        if a is not None and b is not None and a != b:
+            between[(a, b)].append(li)
+    for a in range(len(clusters)):
+        for b in range(len(clusters)):
+            if a != b and not between[(a, b)]:
+                raise ValidationError(
+                    f"cluster-allreduce: no direct link from chassis {a} to chassis {b} of {topo.name!r}"
+                )
+    book = _Links(instance)
+    for chunk in sorted(instance.collective.chunk_ids, key=lambda c: (c[1], c[0])):
+        pick = {
+            pair: topo.links[min(links, key=lambda li: (book.count[li], li))]
+            for pair, links in between.items()
+        }
+        roots = {b: pick[((b + 1) % len(clusters), b)].dst for b in range(len(clusters))}
+        ready: dict[int, int] = {}
+        sent_on: dict[int, int] = defaultdict(lambda: -1)
+        for b, inside in enumerate(clusters):
+            root = roots[b]
+            up = _cluster_tree(instance, root, inside, towards=True)
+            keep = _useful(up, topo.kind)
+            arrive: dict[int, int] = defaultdict(int)
+            for x in sorted(keep, key=lambda v: -_hops(up, v, root)):
+                start, t = book.send(chunk, x, up[x], arrive[x], reduce=True)
+                sent_on[x] = max(sent_on[x], start)
+                arrive[up[x]] = max(arrive[up[x]], t)
+            ready[b] = arrive[root]
+        full: dict[int, int] = {b: ready[b] for b in range(len(clusters))}
+        for (a, b), lk in sorted(pick.items()):
+            if roots[b] != lk.dst:
+                # More than two chassis: the link into B must end at B's root.
+                if not topo.has_link(lk.src, roots[b]):
+                    raise ValidationError("cluster-allreduce: the chosen links do not meet the roots")
+                lk = topo.link(lk.src, roots[b])
+            path = _path_inside(instance, roots[a], lk.src, clusters[a])
+            if path is None:
+                raise ValidationError(f"cluster-allreduce: no path {roots[a]} -> {lk.src} inside a chassis")
+            t = ready[a]
+            for u, v in pairwise(path):
+                start, t = book.send(chunk, u, v, t, reduce=False)
+                sent_on[u] = max(sent_on[u], start)
+            # The partial sum must land at the far root after that root sent its own on.
+            start, t = book.send(chunk, lk.src, lk.dst, max(t, sent_on[lk.dst] + 1 - book.lat[
+                topo.link_index[(lk.src, lk.dst)]]), reduce=True)
+            sent_on[lk.src] = max(sent_on[lk.src], start)
+            full[b] = max(full[b], t)
+        for b, inside in enumerate(clusters):
+            root = roots[b]
+            down = _cluster_tree(instance, root, inside, towards=False)
+            keep = _useful(down, topo.kind)
+            hold = {root: full[b]}
+            for x in sorted(keep, key=lambda v: _hops(down, v, root)):
+                link = topo.link_index[(down[x], x)]
+                guard = sent_on[x] + 1 - book.lat[link]
+                _, t = book.send(chunk, down[x], x, max(hold[down[x]], guard), reduce=False)
+                hold[x] = t
+    return Schedule(tuple(sorted(book.sends)), method="cluster-allreduce")
+
+
+@register("cluster-allreduce")
+def cluster_allreduce_engine(instance: Instance, options: SolveOptions) -> Outcome:
+    """Registered engine ``cluster-allreduce`` (AllReduce on machines of several chassis).
+
+    Raises :class:`ValidationError` when the machine has one chassis, a pair of chassis has no
+    direct link, or the schedule does not verify (chassis whose fast links do not join them
+    strongly, as on some random graphs); the ``heuristic`` AllReduce then keeps its others."""
+    if instance.collective.kind != "allreduce":
+        raise ValidationError(
+            f"method 'cluster-allreduce' schedules allreduce only, not {instance.collective.kind!r}"
+        )
+    from ccplan.schedule.verify import verify
+
+    schedule = cluster_allreduce_schedule(instance)
+    report = verify(instance, schedule)
+    if not report.ok:
+        # Built for chassis that their fast links join strongly (DGX2, NDv2); elsewhere the
+        # trees or the ordering guards can miss a case: refuse rather than hand it out.
+        raise ValidationError(
+            f"cluster-allreduce does not apply to {instance.topology.name!r}: {report.violations[0]}"
+        )
+    return Outcome(schedule=schedule, status="feasible")
