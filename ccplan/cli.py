@@ -173,6 +173,18 @@ def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | Non
     return show
 
 
+def _memory_budget(text: str) -> float:
+    from ccplan.instances.instance import parse_size
+
+    try:
+        value = parse_size(text)
+    except (ValueError, CCPlanError):
+        value = -1.0
+    if not value > 0:
+        raise ValidationError(f"--memory-budget must be a positive size such as 3GB, got {text!r}")
+    return value
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from ccplan.methods import SolveOptions, get_engine, solve
     from ccplan.schedule import save_schedule
@@ -192,6 +204,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra["strategy"] = args.strategy
     if args.cpsat_params:
         extra["cpsat_params"] = args.cpsat_params
+    if args.memory_budget:
+        extra["memory_budget"] = _memory_budget(args.memory_budget)
     options = SolveOptions(
         time_limit=args.time_limit,
         workers=args.workers,
@@ -428,6 +442,10 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
     g.add_argument("--strategy", help="MILP search strategy: ascending (default), descending or direct")
     g.add_argument(
         "--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'"
+    )
+    g.add_argument(
+        "--memory-budget",
+        help="largest MILP model (estimated peak memory) --method milp builds, e.g. 3GB (default)",
     )
     g = p.add_argument_group("output")
     g.add_argument("--out", help="write the schedule JSON here")

@@ -50,6 +50,19 @@ overrides fields (measured on 2 cores, see ``docs/exact.md``)."""
 DEFAULT_STRATEGY = "ascending"
 """Measured fastest to a proof on the benchmark instances (docs/exact.md)."""
 
+DEFAULT_MEMORY_BUDGET = 3_000_000_000
+"""Bytes a model may be expected to need (``ccplan.model.milp.estimate_size``) before the
+engine refuses to build it; ``extra["memory_budget"]`` overrides it."""
+
+BUILD_SHARE = 0.5
+"""A model is only built when its expected build + translation time is at most this share
+of the time left: CP-SAT needs the rest to answer anything."""
+
+
+class _RefusedError(Exception):
+    """A model was not built (too large for the memory budget or the time left); the
+    message is the one-line reason reported in ``details["fallback"]``."""
+
 # --------------------------------------------------------------------------- backends
 
 
@@ -129,7 +142,7 @@ def _cpsat_backend(
         params_text=out.params_text,
         translate_seconds=out.translate_seconds,
         details={"cp_variables": out.num_variables, "cp_constraints": out.num_constraints,
-                 "bound_trajectory": out.bound_trajectory},
+                 "bound_trajectory": out.bound_trajectory, "interrupted": out.interrupted},
     )
 
 
@@ -304,6 +317,10 @@ class _Run:
     hint_status: str = "none"
     hint_error: str | None = None
     dumped: bool = False
+    memory_budget: float = DEFAULT_MEMORY_BUDGET
+    estimate: dict[str, Any] = field(default_factory=dict)
+    fallback: str | None = None
+    interrupted: bool = False
 
     def remaining(self) -> float | None:
         if self.options.time_limit is None:
@@ -358,10 +375,30 @@ def _progress(run: _Run, offset: float) -> Any:
     return call
 
 
+def _admit(run: _Run, horizon: int) -> None:
+    """Refuse (raise :class:`_RefusedError`) a model that would not fit the memory budget or the
+    time left, judged by its estimated size before anything is built."""
+    from ccplan.model.size import estimate_size
+
+    extra = run.options.extra
+    est = estimate_size(run.instance, horizon, dense=bool(extra.get("dense", False)),
+                        cuts=bool(extra.get("cuts", True)))
+    run.estimate = {"horizon": horizon, "variables": est.variables, "rows": est.rows,
+                    "nonzeros": est.nonzeros, "bytes": est.bytes, "seconds": round(est.seconds, 3)}
+    if est.bytes > run.memory_budget:
+        raise _RefusedError(f"model for H={horizon} too large ({est.describe()}) for the memory budget "
+                       f"of {run.memory_budget / 1e9:.1f} GB")
+    remaining = run.remaining()
+    if remaining is not None and est.seconds > BUILD_SHARE * remaining:
+        raise _RefusedError(f"model for H={horizon} ({est.describe()}) needs ~{est.seconds:.0f} s to build, "
+                       f"{remaining:.0f} s of the time limit are left")
+
+
 def _build(run: _Run, horizon: int) -> Any:
-    """Build the model for ``horizon``."""
+    """Build the model for ``horizon`` (after :func:`_admit` accepted it)."""
     from ccplan.model.milp import build_model, model_size
 
+    _admit(run, horizon)
     t0 = time.perf_counter()
     extra = run.options.extra
     model = build_model(
@@ -449,6 +486,9 @@ def _solve(run: _Run, model: Any, horizon: int, hint: Mapping[Any, float] | None
         run.offer(schedule, f"{res.backend}@H={horizon}")
         step["makespan"] = verify(run.instance, schedule).makespan_slots
     run.steps.append(step)
+    if res.details.get("interrupted"):
+        step["interrupted"] = True
+        raise KeyboardInterrupt  # the incumbent is saved; the strategy stops here
     return res
 
 
@@ -652,37 +692,52 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
             "(ccplan.methods.solve reduces it to data-movement parts first)"
         )
     backend, strategy, params = _check_extra(options.extra)
+    budget = options.extra.get("memory_budget", DEFAULT_MEMORY_BUDGET)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise ValidationError(f"extra['memory_budget'] must be a positive number of bytes, got {budget!r}")
     lower = _lower_bound(instance)
-    run = _Run(instance, options, backend, params, lower, start, global_bound=lower)
+    run = _Run(instance, options, backend, params, lower, start, global_bound=lower,
+               memory_budget=float(budget))
 
     warm_seconds = 0.0
-    if options.warm_start or options.horizon is None:
-        run.warm, run.warm_method, warm_seconds = _warm_start(instance, options)
-    if run.warm is not None:
-        run.warm_makespan = verify(instance, run.warm).makespan_slots
-        run.offer(run.warm, run.warm_method)
-    report_progress = _progress(run, 0.0)
-    if report_progress is not None:
-        # The warm start can take seconds; say what it found before the first model is built.
-        report_progress(time.perf_counter() - start, None, None, None)
-    horizon = options.horizon if options.horizon is not None else run.warm_makespan
-    assert horizon is not None
-    if options.horizon is not None and run.warm_makespan is not None:
-        horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
-    met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
-    if options.dump_model is not None and horizon >= 1:
-        _dump(run, horizon)
-    if horizon < lower:
-        run.steps.append(
-            {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
-        )
-    elif met and not options.extra.get("always_solve", False):
-        # The warm start already meets a proven lower bound: nothing left for a solver to prove.
-        run.steps.append(
-            {"horizon": horizon, "status": "skipped", "reason": "warm start meets the lower bound"}
-        )
-    else:
-        STRATEGIES[strategy](run, horizon)
+    horizon: int | None = options.horizon
+    try:
+        if options.warm_start or options.horizon is None:
+            # Ctrl-C here leaves no schedule yet; the except below still returns cleanly.
+            run.warm, run.warm_method, warm_seconds = _warm_start(instance, options)
+        if run.warm is not None:
+            run.warm_makespan = verify(instance, run.warm).makespan_slots
+            run.offer(run.warm, run.warm_method)
+        report_progress = _progress(run, 0.0)
+        if report_progress is not None:
+            # The warm start can take seconds; say what it found before the first model is built.
+            report_progress(time.perf_counter() - start, None, None, None)
+        horizon = options.horizon if options.horizon is not None else run.warm_makespan
+        assert horizon is not None
+        if options.horizon is not None and run.warm_makespan is not None:
+            horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
+        met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
+        if options.dump_model is not None and horizon >= 1:
+            _dump(run, horizon)
+        if horizon < lower:
+            run.steps.append(
+                {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
+            )
+        elif met and not options.extra.get("always_solve", False):
+            # The warm start already meets a proven lower bound: nothing left for a solver to prove.
+            run.steps.append(
+                {"horizon": horizon, "status": "skipped", "reason": "warm start meets the lower bound"}
+            )
+        else:
+            STRATEGIES[strategy](run, horizon)
+    except _RefusedError as exc:
+        run.fallback = str(exc)
+        run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
+        log.warning("milp: %s; returning the best verified schedule", exc)
+    except KeyboardInterrupt:
+        # Ctrl-C in the build, the translation or (via the adapter) the search: keep the
+        # best verified schedule and say so (contract of ccplan.errors.SolveInterrupted).
+        run.interrupted = True
     if options.progress_path is not None:
         _write_progress(options.progress_path, run.trajectory)
     if options.log_path is not None and not any("question" in st for st in run.steps):
@@ -728,5 +783,11 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "incumbent_source": run.incumbent_source if schedule is not None else None,
         "cpsat_params": params if backend == "cpsat" else "",
         "steps": run.steps,
+        "memory_budget": run.memory_budget,
+        "model_estimate": run.estimate,
     }
+    if run.fallback is not None:
+        details["fallback"] = run.fallback
+    if run.interrupted:
+        details["interrupted"] = True
     return Outcome(schedule=schedule, status=status, bound_slots=float(bound), details=details)
