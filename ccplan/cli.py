@@ -206,6 +206,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra["cpsat_params"] = args.cpsat_params
     if args.memory_budget:
         extra["memory_budget"] = _memory_budget(args.memory_budget)
+    if args.prove:
+        extra["prove"] = True
     options = SolveOptions(
         time_limit=args.time_limit,
         workers=args.workers,
@@ -439,9 +441,15 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
         "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
     )
     g.add_argument("--solver", help="Pyomo backend for --method milp: cpsat (default) or highs")
-    g.add_argument("--strategy", help="MILP search strategy: ascending (default), descending or direct")
+    g.add_argument("--strategy", help="MILP search strategy: auto (default), ascending, descending or direct")
     g.add_argument(
         "--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'"
+    )
+    g.add_argument(
+        "--prove",
+        action="store_true",
+        help="--method milp: have CP-SAT refute a makespan one below the schedule's, even when "
+        "the schedule already meets the lower bound",
     )
     g.add_argument(
         "--memory-budget",

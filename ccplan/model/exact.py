@@ -47,8 +47,13 @@ DEFAULT_CPSAT_PARAMS = "linearization_level: 2 max_presolve_iterations: 1 cp_mod
 """CP-SAT parameters the ``milp`` engine uses unless ``extra["cpsat_params"]`` adds or
 overrides fields (measured on 2 cores, see ``docs/exact.md``)."""
 
-DEFAULT_STRATEGY = "ascending"
-"""Measured fastest to a proof on the benchmark instances (docs/exact.md)."""
+DEFAULT_STRATEGY = "auto"
+"""``direct`` for small models, ``ascending`` for large ones (:func:`_auto`); measured in
+docs/exact.md."""
+
+AUTO_DIRECT_NONZEROS = 200_000
+"""``auto`` solves one ``min D`` model (``direct``) up to this many estimated nonzeros at the
+warm start's horizon: below it one build beats one build per question of ``ascending``."""
 
 DEFAULT_MEMORY_BUDGET = 3_000_000_000
 """Bytes a model may be expected to need (``ccplan.model.milp.estimate_size``) before the
@@ -321,6 +326,9 @@ class _Run:
     estimate: dict[str, Any] = field(default_factory=dict)
     fallback: str | None = None
     interrupted: bool = False
+    lower_bound_cut: bool = True
+    auto_choice: str | None = None
+    solver_infeasible: int | None = None  # largest h a model without the D >= LB row refuted
 
     def remaining(self) -> float | None:
         if self.options.time_limit is None:
@@ -405,7 +413,7 @@ def _build(run: _Run, horizon: int) -> Any:
         run.instance,
         horizon,
         dense=bool(extra.get("dense", False)),
-        lower_bound=run.global_bound if extra.get("lower_bound_cut", True) else None,
+        lower_bound=run.global_bound if run.lower_bound_cut else None,
         cuts=bool(extra.get("cuts", True)),
     )
     run.build_seconds += time.perf_counter() - t0
@@ -502,7 +510,21 @@ def _infeasible_at(run: _Run, h: int) -> None:
         log.error("solver claims no schedule with makespan <= %d, but a verified one has %d: "
                   "model and verifier disagree", h, run.incumbent_makespan)
         return
+    if not run.lower_bound_cut and (run.solver_infeasible is None or h > run.solver_infeasible):
+        run.solver_infeasible = h
     run.raise_bound(h + 1)
+
+
+def _prove(run: _Run) -> None:
+    """``--prove``: make CP-SAT itself refute "D <= m - 1" for the incumbent's makespan m
+    (on a model without the ``D >= LB`` row), unless a strategy step already did."""
+    m = run.incumbent_makespan
+    if m is None or m < 1 or run.solver_infeasible == m - 1:
+        return
+    if m - 1 < 1:
+        return  # a horizon-0 model has no slot: makespan 1 cannot be beaten by a send
+    run.lower_bound_cut = False
+    _ask(run, m - 1)
 
 
 def _bound_from(run: _Run, res: BackendResult, h: int) -> None:
@@ -573,13 +595,71 @@ def _ascending(run: _Run, horizon: int) -> None:
         h += 1
 
 
+def _auto(run: _Run, horizon: int) -> None:
+    """``direct`` when the model over the horizon is small (:data:`AUTO_DIRECT_NONZEROS`),
+    else ``ascending`` (many small models instead of one large one)."""
+    from ccplan.model.size import estimate_size
+
+    est = estimate_size(run.instance, horizon, dense=bool(run.options.extra.get("dense", False)))
+    chosen = "direct" if est.nonzeros <= AUTO_DIRECT_NONZEROS else "ascending"
+    run.auto_choice = chosen
+    STRATEGIES[chosen](run, horizon)
+
+
 Strategy = Callable[[_Run, int], None]
 
-STRATEGIES: dict[str, Strategy] = {"direct": _direct, "descending": _descending, "ascending": _ascending}
+STRATEGIES: dict[str, Strategy] = {
+    "direct": _direct, "descending": _descending, "ascending": _ascending, "auto": _auto,
+}
 """Search strategies of the ``milp`` engine (``extra["strategy"]``)."""
 
 
-def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | None, str, float]:
+WARM_START_SHARE = 0.1
+"""Most of a time limit the warm start may take (it usually stops much earlier)."""
+
+WARM_START_FIRST_ROUND = 0.01
+"""Least seconds of the first timed heuristic round (else twice the ``quick`` run's time);
+each further round doubles it."""
+
+WARM_START_CAP = 8.0
+"""Most seconds the warm start takes without a time limit."""
+
+
+def _heuristic_until_stagnation(
+    instance: Instance, options: SolveOptions, engine: Any, t0: float, lower: int
+) -> Schedule | None:
+    """The ``heuristic`` portfolio, budgeted by progress rather than by a fixed share.
+
+    First its deterministic ``quick`` effort (q seconds); then timed rounds of 2q, 4q ...
+    seconds (at least :data:`WARM_START_FIRST_ROUND`) while a round improves the makespan,
+    the makespan is above ``ccplan.bounds`` and the rounds fit in :data:`WARM_START_SHARE`
+    of the time limit (:data:`WARM_START_CAP` s without one). The first round that does not
+    improve ends the warm start: CP-SAT gets the rest. Scaling the rounds by q keeps the
+    warm start in proportion to the instance: milliseconds on small ones, where a solver
+    answers in a fraction of a second, seconds on large ones.
+    """
+    tq = time.perf_counter()
+    quick = engine(instance, SolveOptions(workers=options.workers, seed=options.seed,
+                                          extra={"effort": "quick"}))
+    budget = max(WARM_START_FIRST_ROUND, 2 * (time.perf_counter() - tq))
+    best = quick.schedule
+    best_m = None if best is None else verify(instance, best).makespan_slots
+    cap = WARM_START_CAP if options.time_limit is None else WARM_START_SHARE * options.time_limit
+    while best_m is not None and best_m > lower:
+        if time.perf_counter() - t0 + budget > cap:
+            break
+        out = engine(instance, SolveOptions(time_limit=budget, workers=options.workers, seed=options.seed))
+        m = None if out.schedule is None else verify(instance, out.schedule).makespan_slots
+        if m is None or m >= best_m:
+            break  # stagnation
+        best, best_m = out.schedule, m
+        budget *= 2
+    return best
+
+
+def _warm_start(
+    instance: Instance, options: SolveOptions, lower: int
+) -> tuple[Schedule | None, str, float]:
     """The heuristic schedule (or the built-in greedy one) and the name of its method."""
     t0 = time.perf_counter()
     given = options.extra.get("warm_start_schedule")
@@ -601,11 +681,12 @@ def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | N
         log.info("warm-start method %r is not registered; using the built-in greedy schedule", name)
     if engine is not None:
         h_limit = options.extra.get("heuristic_time_limit")
-        if h_limit is None and options.time_limit is not None:
-            h_limit = max(0.1 * options.time_limit, 0.5)
         try:
-            h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
-            schedule = engine(instance, h_opts).schedule
+            if h_limit is not None or name != "heuristic":
+                h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
+                schedule = engine(instance, h_opts).schedule
+            else:
+                schedule = _heuristic_until_stagnation(instance, options, engine, t0, lower)
         except CCPlanError as exc:
             log.warning("warm-start method %r failed: %s", name, exc)
     if schedule is None or not verify(instance, schedule).ok:
@@ -696,15 +777,18 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
         raise ValidationError(f"extra['memory_budget'] must be a positive number of bytes, got {budget!r}")
     lower = _lower_bound(instance)
+    prove = bool(options.extra.get("prove", False))
     run = _Run(instance, options, backend, params, lower, start, global_bound=lower,
-               memory_budget=float(budget))
+               memory_budget=float(budget),
+               # --prove: every "no" must come from the solver alone, not from ccplan.bounds
+               lower_bound_cut=bool(options.extra.get("lower_bound_cut", not prove)))
 
     warm_seconds = 0.0
     horizon: int | None = options.horizon
     try:
         if options.warm_start or options.horizon is None:
             # Ctrl-C here leaves no schedule yet; the except below still returns cleanly.
-            run.warm, run.warm_method, warm_seconds = _warm_start(instance, options)
+            run.warm, run.warm_method, warm_seconds = _warm_start(instance, options, lower)
         if run.warm is not None:
             run.warm_makespan = verify(instance, run.warm).makespan_slots
             run.offer(run.warm, run.warm_method)
@@ -723,6 +807,9 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
             run.steps.append(
                 {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
             )
+        elif met and prove:
+            # The bound already proves the warm start optimal; the solver is asked on its own.
+            _prove(run)
         elif met and not options.extra.get("always_solve", False):
             # The warm start already meets a proven lower bound: nothing left for a solver to prove.
             run.steps.append(
@@ -730,6 +817,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
             )
         else:
             STRATEGIES[strategy](run, horizon)
+            if prove:
+                _prove(run)
     except _RefusedError as exc:
         run.fallback = str(exc)
         run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
@@ -764,7 +853,7 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
     last = run.steps[-1] if run.steps else {}
     details = {
         "backend": backend,
-        "strategy": strategy,
+        "strategy": strategy if run.auto_choice is None else f"auto:{run.auto_choice}",
         "horizon": horizon,
         "lower_bound_input": lower,
         "model_size": run.model_size,
@@ -786,6 +875,11 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "memory_budget": run.memory_budget,
         "model_estimate": run.estimate,
     }
+    if makespan is not None and status == "optimal":
+        details["proof"] = (
+            "solver" if run.solver_infeasible is not None and run.solver_infeasible >= makespan - 1
+            else "lower bound" if makespan <= lower else "solver and lower bound"
+        )
     if run.fallback is not None:
         details["fallback"] = run.fallback
     if run.interrupted:
