@@ -872,6 +872,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "incumbent_source": run.incumbent_source if schedule is not None else None,
         "cpsat_params": params if backend == "cpsat" else "",
         "steps": run.steps,
+        # the analytic bound beside what the solver's answers added to it
+        "bounds": {"analytic": lower, "with_solver": run.global_bound},
         "memory_budget": run.memory_budget,
         "model_estimate": run.estimate,
     }
