@@ -8,11 +8,16 @@ Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an inc
 2. a lower bound: ``ccplan.bounds.lower_bound_slots`` (latency, ingress and cut bounds);
 3. the Pyomo model (``ccplan.model.milp.build_model``), optionally written out
    (``options.dump_model``);
-4. a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in one
-   solve; ``ascending`` (default) asks "is there a schedule with D <= h?" for h = lower
-   bound, +1, ... on a model built for horizon h, so the first "yes" is optimal and every
-   "no" raises the bound; ``descending`` asks the same questions downwards from the warm
-   start, so the first "no" proves the incumbent optimal;
+4. a size check (``ccplan.model.size.estimate_size``) before every build: a model above the
+   memory budget or the time left is not built, and the best verified schedule comes back
+   as ``feasible`` with ``details["fallback"]``;
+   then a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in
+   one solve; ``ascending`` asks "is there a schedule with D <= h?" for h = lower bound,
+   +1, ... on a model built for horizon h, so the first "yes" is optimal and every "no"
+   raises the bound; ``descending`` asks the same questions downwards from the warm start,
+   so the first "no" proves the incumbent optimal; ``auto`` (default) picks ``direct`` for
+   small models and ``ascending`` for large ones; ``extra["prove"]`` adds CP-SAT's own
+   refutation of "D <= m - 1" for the final makespan m;
 5. the backend (:data:`BACKENDS`): CP-SAT (default) or HiGHS (cross-checks);
 6. when the solver returns no incumbent but the heuristic schedule exists, that schedule is
    returned with status ``feasible`` (CP-SAT can time out in presolve even with a complete
@@ -671,7 +676,7 @@ NDv2 10 chassis 1 KB has a 0.8 s first round and kept its 13 s budget."""
 
 
 def _heuristic_instead(run: _Run) -> None:
-    """No model fits: spend the time the solver would have had on the heuristic (80 % of
+    """No model fits: spend the time the solver would have had on the heuristic (70 % of
     what is left, its default effort without a limit) and keep what it improves.
 
     Skipped when less than :data:`HEURISTIC_INSTEAD_FACTOR` times the warm start's first
@@ -687,7 +692,7 @@ def _heuristic_instead(run: _Run) -> None:
         engine = get_engine("heuristic")
     except (ValidationError, ImportError):
         return
-    limit = None if remaining is None else 0.8 * remaining
+    limit = None if remaining is None else 0.7 * remaining
     out = engine(run.instance, SolveOptions(time_limit=limit, workers=run.options.workers,
                                             seed=run.options.seed + 1))
     if out.schedule is not None:
@@ -791,9 +796,12 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         ``heuristic``), ``warm_start_schedule`` (a :class:`Schedule` to start from instead;
         verified first), ``heuristic_time_limit``,
         ``dense``, ``cuts``, ``lower_bound_cut`` (pass the bound to the model as ``D >= LB``,
-        default True), ``always_solve`` (solve even when the warm start meets the lower bound;
-        default False), ``progress_callback`` (elapsed, incumbent, bound, gap),
-        ``on_progress`` (elapsed, incumbent, bound).
+        default True, False under ``prove``), ``always_solve`` (solve even when the warm
+        start meets the lower bound; default False), ``prove`` (CP-SAT refutes one slot
+        below the result, ``details["proof"]``), ``memory_budget`` (bytes, default
+        :data:`DEFAULT_MEMORY_BUDGET`), ``progress_callback`` (elapsed, incumbent, bound,
+        gap), ``on_progress`` (elapsed, incumbent, bound). Ctrl-C returns the best verified
+        schedule with ``details["interrupted"] = True``.
 
     Returns
     -------
