@@ -314,6 +314,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra["strategy"] = args.strategy
     if args.cpsat_params:
         extra["cpsat_params"] = args.cpsat_params
+    if args.prove:
+        extra["prove"] = True
     options = SolveOptions(
         time_limit=args.time_limit,
         workers=args.workers,
@@ -710,9 +712,22 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
         "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
     )
     g.add_argument("--solver", help="Pyomo backend for --method milp: cpsat (default) or highs")
-    g.add_argument("--strategy", help="MILP search strategy: ascending (default), descending or direct")
+    g.add_argument("--strategy", help="MILP search strategy: auto (default), ascending, descending or direct")
     g.add_argument(
         "--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'"
+    )
+    g.add_argument(
+        "--prove",
+        action="store_true",
+        help="--method milp: have CP-SAT refute a makespan one below the schedule's, even when "
+        "the schedule already meets the lower bound",
+    )
+    g.add_argument(
+        "--memory-budget",
+        metavar="SIZE",
+        default=argparse.SUPPRESS,  # absent: the global --memory-budget (or its default) stands
+        help="refuse work, and MILP models (--method milp then returns the heuristic's schedule), "
+        "estimated to need more memory than this, e.g. 3GB (same as the global option)",
     )
     g = p.add_argument_group("output")
     g.add_argument("--out", help="write the schedule JSON here")

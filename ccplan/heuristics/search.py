@@ -101,6 +101,7 @@ def heuristic_search(
     time_limit: float | None = None,
     effort: str = "normal",
     seed: int = 0,
+    budget: float | None = None,
 ) -> tuple[Candidate | None, list[Candidate], dict[str, object]]:
     """Run the portfolio; return the best candidate, all candidates and run facts.
 
@@ -116,6 +117,10 @@ def heuristic_search(
     effort : {"quick", "normal", "thorough"}
     seed : int
         First seed of the random-order restarts.
+    budget : float, optional
+        A soft budget in seconds, at most ``time_limit``: the first complete schedule beyond
+        the ring safety net is always built (within ``time_limit``), and the budget stops the
+        stages after it. The exact engine's warm start uses it to grow its rounds by progress.
 
     Raises
     ------
@@ -124,7 +129,12 @@ def heuristic_search(
     """
     if effort not in EFFORTS:
         raise ValidationError(f"heuristic option effort must be one of {sorted(EFFORTS)}, got {effort!r}")
-    budget = EFFORTS[effort] if time_limit is None else float(time_limit)
+    if budget is not None and not budget >= 0:
+        raise ValidationError(f"heuristic option soft_budget must be >= 0 seconds, got {budget!r}")
+    if budget is None:
+        budget = EFFORTS[effort] if time_limit is None else float(time_limit)
+    elif time_limit is not None:
+        budget = min(budget, float(time_limit))
     if effort == "quick":
         budget = 0.0
     start = time.perf_counter()
@@ -143,7 +153,11 @@ def heuristic_search(
     lns_iterations = 0
 
     def stage_deadline() -> Deadline:
-        return hard if best is None else Deadline(min(hard.at, soft.at))
+        # The ring safety net does not count as the first schedule: the first real variant
+        # gets the whole hard limit, so a soft budget never leaves the ring as the answer.
+        if best is None or best.label == SAFETY_NET:
+            return hard
+        return Deadline(min(hard.at, soft.at))
 
     def consider(label: str, make: Callable[[], Schedule], result: MtegResult | None = None) -> None:
         nonlocal best
@@ -212,7 +226,8 @@ def heuristic_search(
         for step in _fixed_variants(multi_chunk, cheap_first=time_limit is not None):
             if done() or hard.expired:
                 break
-            if effort != "quick" and best is not None and time.perf_counter() - start >= budget:
+            past_budget = time.perf_counter() - start >= budget
+            if effort != "quick" and best is not None and best.label != SAFETY_NET and past_budget:
                 break
             if isinstance(step, MtegOptions):
                 mteg(step)
@@ -458,10 +473,14 @@ def _promote_late(result: MtegResult) -> tuple[int, ...]:
 
 @register("heuristic")
 def heuristic_engine(instance: Instance, options: SolveOptions) -> Outcome:
-    """Engine ``heuristic``: the portfolio above. ``extra["effort"]`` and ``time_limit``
-    set the budget; ``seed`` the restarts. Status ``feasible`` (optimal is never claimed)."""
+    """Engine ``heuristic``: the portfolio above. ``extra["effort"]``, ``time_limit`` (hard)
+    and ``extra["soft_budget"]`` (seconds, see :func:`heuristic_search`) set the budget;
+    ``seed`` the restarts. Status ``feasible`` (optimal is never claimed)."""
     effort = str(options.extra.get("effort", "normal"))
-    best, cands, facts = heuristic_search(instance, options.time_limit, effort, options.seed)
+    soft = options.extra.get("soft_budget")
+    best, cands, facts = heuristic_search(
+        instance, options.time_limit, effort, options.seed, None if soft is None else float(soft)
+    )
     if best is None:
         reason = f"time limit of {options.time_limit:g} s reached before any variant completed a schedule"
         if facts.get("interrupted"):

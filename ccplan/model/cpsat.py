@@ -176,6 +176,10 @@ class CpSatOutcome:
         Pyomo -> proto translation time.
     num_variables, num_constraints : int
         Size of the CP-SAT model.
+    interrupted : bool
+        Ctrl-C (SIGINT) stopped the search; the other fields describe the search up to that
+        point (an incumbent, if any, is loaded as usual). The caller decides what to do next
+        (the ``milp`` engine stops and returns its best verified schedule).
     """
 
     status: str
@@ -190,6 +194,7 @@ class CpSatOutcome:
     translate_seconds: float = 0.0
     num_variables: int = 0
     num_constraints: int = 0
+    interrupted: bool = False
 
     def __post_init__(self) -> None:
         if self.status not in _STATUS_NAMES.values():
@@ -530,7 +535,7 @@ def solve_compiled(
     if compiled.has_objective:
         solver.best_bound_callback = on_bound
     try:
-        status_code = solver.solve(compiled.cp_model, _Recorder())
+        status_code, interrupted = _solve_interruptibly(solver, compiled.cp_model, _Recorder())
     finally:
         sink.close()
     wall = time.perf_counter() - start
@@ -568,7 +573,51 @@ def solve_compiled(
         translate_seconds=compiled.seconds,
         num_variables=len(compiled.variables),
         num_constraints=compiled.num_constraints,
+        interrupted=interrupted,
     )
+
+
+def _solve_interruptibly(solver: Any, cp_model: Any, callback: Any) -> tuple[Any, bool]:
+    """Run ``solver.solve`` in a helper thread so that Ctrl-C reaches Python.
+
+    A Python signal handler only runs in the main thread between bytecodes, never while the
+    main thread sits inside ``CpSolver.solve``; CP-SAT's own SIGINT handler
+    (``catch_sigint_signal``) would stop the search but hide the interrupt from the caller.
+    So the main thread waits in short ``join`` calls, and a ``KeyboardInterrupt`` there
+    calls ``stop_search``: CP-SAT returns its incumbent within its next check of the stop
+    flag (well under a second once the search runs; presolve checks less often).
+
+    Returns
+    -------
+    (status code, interrupted)
+    """
+    solver.parameters.catch_sigint_signal = False
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["status"] = solver.solve(cp_model, callback)
+        except BaseException as exc:  # handed to the calling thread below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="ccplan-cpsat", daemon=True)
+    worker.start()
+    interrupted = False
+    # Event.wait, not Thread.join: a KeyboardInterrupt inside join(timeout) can leave the
+    # thread marked as finished while it still runs (CPython 3.11, bpo-45274's fix).
+    while not done.is_set():
+        try:
+            done.wait(0.1)
+        except KeyboardInterrupt:
+            interrupted = True
+            solver.stop_search()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["status"], interrupted
 
 
 def solve_with_cpsat(

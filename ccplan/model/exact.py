@@ -8,11 +8,16 @@ Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an inc
 2. a lower bound: ``ccplan.bounds.lower_bound_slots`` (latency, ingress and cut bounds);
 3. the Pyomo model (``ccplan.model.milp.build_model``), optionally written out
    (``options.dump_model``);
-4. a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in one
-   solve; ``ascending`` (default) asks "is there a schedule with D <= h?" for h = lower
-   bound, +1, ... on a model built for horizon h, so the first "yes" is optimal and every
-   "no" raises the bound; ``descending`` asks the same questions downwards from the warm
-   start, so the first "no" proves the incumbent optimal;
+4. a size check (``ccplan.model.size.estimate_size``) before every build: a model above the
+   memory budget or the time left is not built, and the best verified schedule comes back
+   as ``feasible`` with ``details["fallback"]``;
+   then a search strategy (:data:`STRATEGIES`): ``direct`` minimises D over the horizon in
+   one solve; ``ascending`` asks "is there a schedule with D <= h?" for h = lower bound,
+   +1, ... on a model built for horizon h, so the first "yes" is optimal and every "no"
+   raises the bound; ``descending`` asks the same questions downwards from the warm start,
+   so the first "no" proves the incumbent optimal; ``auto`` (default) picks ``direct`` for
+   small models and ``ascending`` for large ones; ``extra["prove"]`` adds CP-SAT's own
+   refutation of "D <= m - 1" for the final makespan m;
 5. the backend (:data:`BACKENDS`): CP-SAT (default) or HiGHS (cross-checks);
 6. when the solver returns no incumbent but the heuristic schedule exists, that schedule is
    returned with status ``feasible`` (CP-SAT can time out in presolve even with a complete
@@ -37,6 +42,7 @@ from typing import Any
 
 from ccplan.errors import CCPlanError, SolverUnavailableError, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.limits import DEFAULT_MEMORY_BUDGET, memory_budget
 from ccplan.methods import Outcome, SolveOptions, get_engine, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
@@ -47,8 +53,23 @@ DEFAULT_CPSAT_PARAMS = "linearization_level: 2 max_presolve_iterations: 1 cp_mod
 """CP-SAT parameters the ``milp`` engine uses unless ``extra["cpsat_params"]`` adds or
 overrides fields (measured on 2 cores, see ``docs/exact.md``)."""
 
-DEFAULT_STRATEGY = "ascending"
-"""Measured fastest to a proof on the benchmark instances (docs/exact.md)."""
+DEFAULT_STRATEGY = "auto"
+"""``direct`` for small models, ``ascending`` for large ones (:func:`_auto`); measured in
+docs/exact.md."""
+
+AUTO_DIRECT_NONZEROS = 200_000
+"""``auto`` solves one ``min D`` model (``direct``) up to this many estimated nonzeros at the
+warm start's horizon: below it one build beats one build per question of ``ascending``."""
+
+
+BUILD_SHARE = 0.5
+"""A model is only built when its expected build + translation time is at most this share
+of the time left: CP-SAT needs the rest to answer anything."""
+
+
+class _RefusedError(Exception):
+    """A model was not built (too large for the memory budget or the time left); the
+    message is the one-line reason reported in ``details["fallback"]``."""
 
 # --------------------------------------------------------------------------- backends
 
@@ -129,7 +150,7 @@ def _cpsat_backend(
         params_text=out.params_text,
         translate_seconds=out.translate_seconds,
         details={"cp_variables": out.num_variables, "cp_constraints": out.num_constraints,
-                 "bound_trajectory": out.bound_trajectory},
+                 "bound_trajectory": out.bound_trajectory, "interrupted": out.interrupted},
     )
 
 
@@ -304,6 +325,14 @@ class _Run:
     hint_status: str = "none"
     hint_error: str | None = None
     dumped: bool = False
+    memory_budget: float = DEFAULT_MEMORY_BUDGET
+    estimate: dict[str, Any] = field(default_factory=dict)
+    fallback: str | None = None
+    interrupted: bool = False
+    lower_bound_cut: bool = True
+    auto_choice: str | None = None
+    warm_facts: dict[str, float] = field(default_factory=dict)
+    solver_infeasible: int | None = None  # largest h a model without the D >= LB row refuted
 
     def remaining(self) -> float | None:
         if self.options.time_limit is None:
@@ -358,17 +387,37 @@ def _progress(run: _Run, offset: float) -> Any:
     return call
 
 
+def _admit(run: _Run, horizon: int) -> None:
+    """Refuse (raise :class:`_RefusedError`) a model that would not fit the memory budget or the
+    time left, judged by its estimated size before anything is built."""
+    from ccplan.model.size import estimate_size
+
+    extra = run.options.extra
+    est = estimate_size(run.instance, horizon, dense=bool(extra.get("dense", False)),
+                        cuts=bool(extra.get("cuts", True)))
+    run.estimate = {"horizon": horizon, "variables": est.variables, "rows": est.rows,
+                    "nonzeros": est.nonzeros, "bytes": est.bytes, "seconds": round(est.seconds, 3)}
+    if est.bytes > run.memory_budget:
+        raise _RefusedError(f"model for H={horizon} too large ({est.describe()}) for the memory budget "
+                       f"of {run.memory_budget / 1e9:.1f} GB")
+    remaining = run.remaining()
+    if remaining is not None and est.seconds > BUILD_SHARE * remaining:
+        raise _RefusedError(f"model for H={horizon} ({est.describe()}) needs ~{est.seconds:.0f} s to build, "
+                       f"{remaining:.0f} s of the time limit are left")
+
+
 def _build(run: _Run, horizon: int) -> Any:
-    """Build the model for ``horizon``."""
+    """Build the model for ``horizon`` (after :func:`_admit` accepted it)."""
     from ccplan.model.milp import build_model, model_size
 
+    _admit(run, horizon)
     t0 = time.perf_counter()
     extra = run.options.extra
     model = build_model(
         run.instance,
         horizon,
         dense=bool(extra.get("dense", False)),
-        lower_bound=run.global_bound if extra.get("lower_bound_cut", True) else None,
+        lower_bound=run.global_bound if run.lower_bound_cut else None,
         cuts=bool(extra.get("cuts", True)),
     )
     run.build_seconds += time.perf_counter() - t0
@@ -449,6 +498,9 @@ def _solve(run: _Run, model: Any, horizon: int, hint: Mapping[Any, float] | None
         run.offer(schedule, f"{res.backend}@H={horizon}")
         step["makespan"] = verify(run.instance, schedule).makespan_slots
     run.steps.append(step)
+    if res.details.get("interrupted"):
+        step["interrupted"] = True
+        raise KeyboardInterrupt  # the incumbent is saved; the strategy stops here
     return res
 
 
@@ -462,7 +514,21 @@ def _infeasible_at(run: _Run, h: int) -> None:
         log.error("solver claims no schedule with makespan <= %d, but a verified one has %d: "
                   "model and verifier disagree", h, run.incumbent_makespan)
         return
+    if not run.lower_bound_cut and (run.solver_infeasible is None or h > run.solver_infeasible):
+        run.solver_infeasible = h
     run.raise_bound(h + 1)
+
+
+def _prove(run: _Run) -> None:
+    """``--prove``: make CP-SAT itself refute "D <= m - 1" for the incumbent's makespan m
+    (on a model without the ``D >= LB`` row), unless a strategy step already did."""
+    m = run.incumbent_makespan
+    if m is None or m < 1 or run.solver_infeasible == m - 1:
+        return
+    if m - 1 < 1:
+        return  # a horizon-0 model has no slot: makespan 1 cannot be beaten by a send
+    run.lower_bound_cut = False
+    _ask(run, m - 1)
 
 
 def _bound_from(run: _Run, res: BackendResult, h: int) -> None:
@@ -512,6 +578,7 @@ def _ask(run: _Run, h: int) -> BackendResult | None:
     None when the time limit leaves no room to ask it."""
     remaining = run.remaining()
     if remaining is not None and remaining <= 0.05:
+        run.fallback = run.fallback or f"time limit reached before the question D <= {h}"
         return None
     model = _build(run, h)
     res = _solve(run, model, h, _hint(run, model, h), feasibility=True)
@@ -533,13 +600,114 @@ def _ascending(run: _Run, horizon: int) -> None:
         h += 1
 
 
+def _auto(run: _Run, horizon: int) -> None:
+    """``direct`` when the model over the horizon is small (:data:`AUTO_DIRECT_NONZEROS`),
+    else ``ascending`` (many small models instead of one large one)."""
+    from ccplan.model.size import estimate_size
+
+    est = estimate_size(run.instance, horizon, dense=bool(run.options.extra.get("dense", False)))
+    chosen = "direct" if est.nonzeros <= AUTO_DIRECT_NONZEROS else "ascending"
+    run.auto_choice = chosen
+    STRATEGIES[chosen](run, horizon)
+
+
 Strategy = Callable[[_Run, int], None]
 
-STRATEGIES: dict[str, Strategy] = {"direct": _direct, "descending": _descending, "ascending": _ascending}
+STRATEGIES: dict[str, Strategy] = {
+    "direct": _direct, "descending": _descending, "ascending": _ascending, "auto": _auto,
+}
 """Search strategies of the ``milp`` engine (``extra["strategy"]``)."""
 
 
-def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | None, str, float]:
+WARM_START_SHARE = 0.1
+"""Most of a time limit the warm start may take (it usually stops much earlier)."""
+
+WARM_START_FIRST_ROUND = 0.01
+"""Least seconds of the first timed heuristic round (else twice the ``quick`` run's time);
+each further round doubles it."""
+
+WARM_START_CAP = 8.0
+"""Most seconds the warm start takes without a time limit."""
+
+
+def _heuristic_until_stagnation(
+    instance: Instance, options: SolveOptions, engine: Any, t0: float, lower: int,
+    facts: dict[str, float] | None = None,
+) -> Schedule | None:
+    """The ``heuristic`` portfolio, budgeted by progress rather than by a fixed share.
+
+    First one run with a budget of :data:`WARM_START_FIRST_ROUND` (the portfolio always
+    runs its first variant, MTEGCCA, and stops when the budget is gone; q seconds in all);
+    then timed rounds of 2q, 4q ... seconds while a round improves the makespan, the
+    makespan is above ``ccplan.bounds`` and the rounds fit in :data:`WARM_START_SHARE` of
+    the time limit (:data:`WARM_START_CAP` s without one). The first round that does not
+    improve ends the warm start: CP-SAT gets the rest. Scaling the rounds by q keeps the
+    warm start in proportion to the instance: milliseconds on small ones, where a solver
+    answers in a fraction of a second, seconds on large ones. (The ``quick`` effort is not
+    used: it runs four variants whatever the budget, 40-60 s on DGX2 4 chassis C=8.)
+    """
+    def round_options(budget: float) -> SolveOptions:
+        # The round's budget is soft (the portfolio's first real variant always completes);
+        # the run's own time limit, what is left of it, stays hard.
+        hard = None
+        if options.time_limit is not None:
+            hard = max(options.time_limit - (time.perf_counter() - t0), 1e-3)
+        return SolveOptions(time_limit=hard, workers=options.workers, seed=options.seed,
+                            extra={"soft_budget": budget})
+
+    tq = time.perf_counter()
+    first = engine(instance, round_options(WARM_START_FIRST_ROUND))
+    budget = max(WARM_START_FIRST_ROUND, 2 * (time.perf_counter() - tq))
+    if facts is not None:
+        facts["first_round_seconds"] = time.perf_counter() - tq
+    best = first.schedule
+    best_m = None if best is None else verify(instance, best).makespan_slots
+    cap = WARM_START_CAP if options.time_limit is None else WARM_START_SHARE * options.time_limit
+    while best_m is not None and best_m > lower:
+        if time.perf_counter() - t0 + budget > cap:
+            break
+        out = engine(instance, round_options(budget))
+        m = None if out.schedule is None else verify(instance, out.schedule).makespan_slots
+        if m is None or m >= best_m:
+            break  # stagnation
+        best, best_m = out.schedule, m
+        budget *= 2
+    return best
+
+
+HEURISTIC_INSTEAD_FACTOR = 4.0
+"""See :func:`_heuristic_instead`. Measured with ``--time-limit 20`` on a shared machine:
+DGX2 4 chassis 1 MB C=8 has an 8.5 s first round and a 7 s heuristic budget ran about 20 s;
+NDv2 10 chassis 1 KB has a 0.8 s first round and kept its 13 s budget."""
+
+
+def _heuristic_instead(run: _Run) -> None:
+    """No model fits: spend the time the solver would have had on the heuristic (70 % of
+    what is left, its default effort without a limit) and keep what it improves.
+
+    Skipped when less than :data:`HEURISTIC_INSTEAD_FACTOR` times the warm start's first
+    round is left: the portfolio's fixed variants each cost about one such round and do
+    not stop on the clock, so a shorter budget would overrun the limit."""
+    if run.options.horizon is not None or run.warm_method not in ("heuristic", "greedy"):
+        return
+    remaining = run.remaining()
+    first = run.warm_facts.get("first_round_seconds", 0.0)
+    if remaining is not None and (remaining < 1.0 or remaining < HEURISTIC_INSTEAD_FACTOR * first):
+        return
+    try:
+        engine = get_engine("heuristic")
+    except (ValidationError, ImportError):
+        return
+    limit = None if remaining is None else 0.7 * remaining
+    out = engine(run.instance, SolveOptions(time_limit=limit, workers=run.options.workers,
+                                            seed=run.options.seed + 1))
+    if out.schedule is not None:
+        run.offer(out.schedule, "heuristic (model refused)")
+
+
+def _warm_start(
+    instance: Instance, options: SolveOptions, lower: int, facts: dict[str, float] | None = None
+) -> tuple[Schedule | None, str, float]:
     """The heuristic schedule (or the built-in greedy one) and the name of its method."""
     t0 = time.perf_counter()
     given = options.extra.get("warm_start_schedule")
@@ -561,11 +729,12 @@ def _warm_start(instance: Instance, options: SolveOptions) -> tuple[Schedule | N
         log.info("warm-start method %r is not registered; using the built-in greedy schedule", name)
     if engine is not None:
         h_limit = options.extra.get("heuristic_time_limit")
-        if h_limit is None and options.time_limit is not None:
-            h_limit = max(0.1 * options.time_limit, 0.5)
         try:
-            h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
-            schedule = engine(instance, h_opts).schedule
+            if h_limit is not None or name != "heuristic":
+                h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
+                schedule = engine(instance, h_opts).schedule
+            else:
+                schedule = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
         except CCPlanError as exc:
             log.warning("warm-start method %r failed: %s", name, exc)
     if schedule is None or not verify(instance, schedule).ok:
@@ -633,9 +802,12 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         ``heuristic``), ``warm_start_schedule`` (a :class:`Schedule` to start from instead;
         verified first), ``heuristic_time_limit``,
         ``dense``, ``cuts``, ``lower_bound_cut`` (pass the bound to the model as ``D >= LB``,
-        default True), ``always_solve`` (solve even when the warm start meets the lower bound;
-        default False), ``progress_callback`` (elapsed, incumbent, bound, gap),
-        ``on_progress`` (elapsed, incumbent, bound).
+        default True, False under ``prove``), ``always_solve`` (solve even when the warm
+        start meets the lower bound; default False), ``prove`` (CP-SAT refutes one slot
+        below the result, ``details["proof"]``), ``memory_budget`` (bytes, default
+        :func:`ccplan.limits.memory_budget`), ``progress_callback`` (elapsed, incumbent, bound,
+        gap), ``on_progress`` (elapsed, incumbent, bound). Ctrl-C returns the best verified
+        schedule with ``details["interrupted"] = True``.
 
     Returns
     -------
@@ -652,37 +824,66 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
             "(ccplan.methods.solve reduces it to data-movement parts first)"
         )
     backend, strategy, params = _check_extra(options.extra)
+    # One budget for the whole run (ccplan.limits: --memory-budget, $CCPLAN_MEMORY_BUDGET);
+    # extra["memory_budget"] narrows it for the model alone.
+    budget = options.extra.get("memory_budget", memory_budget())
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0:
+        raise ValidationError(f"extra['memory_budget'] must be a positive number of bytes, got {budget!r}")
     lower = _lower_bound(instance)
-    run = _Run(instance, options, backend, params, lower, start, global_bound=lower)
+    prove = bool(options.extra.get("prove", False))
+    run = _Run(instance, options, backend, params, lower, start, global_bound=lower,
+               memory_budget=float(budget),
+               # --prove: every "no" must come from the solver alone, not from ccplan.bounds
+               lower_bound_cut=bool(options.extra.get("lower_bound_cut", not prove)))
 
     warm_seconds = 0.0
-    if options.warm_start or options.horizon is None:
-        run.warm, run.warm_method, warm_seconds = _warm_start(instance, options)
-    if run.warm is not None:
-        run.warm_makespan = verify(instance, run.warm).makespan_slots
-        run.offer(run.warm, run.warm_method)
-    report_progress = _progress(run, 0.0)
-    if report_progress is not None:
-        # The warm start can take seconds; say what it found before the first model is built.
-        report_progress(time.perf_counter() - start, None, None, None)
-    horizon = options.horizon if options.horizon is not None else run.warm_makespan
-    assert horizon is not None
-    if options.horizon is not None and run.warm_makespan is not None:
-        horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
-    met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
-    if options.dump_model is not None and horizon >= 1:
-        _dump(run, horizon)
-    if horizon < lower:
-        run.steps.append(
-            {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
-        )
-    elif met and not options.extra.get("always_solve", False):
-        # The warm start already meets a proven lower bound: nothing left for a solver to prove.
-        run.steps.append(
-            {"horizon": horizon, "status": "skipped", "reason": "warm start meets the lower bound"}
-        )
-    else:
-        STRATEGIES[strategy](run, horizon)
+    horizon: int | None = options.horizon
+    try:
+        if options.warm_start or options.horizon is None:
+            # Ctrl-C here leaves no schedule yet; the except below still returns cleanly.
+            run.warm, run.warm_method, warm_seconds = _warm_start(instance, options, lower, run.warm_facts)
+        if run.warm is not None:
+            run.warm_makespan = verify(instance, run.warm).makespan_slots
+            run.offer(run.warm, run.warm_method)
+        report_progress = _progress(run, 0.0)
+        if report_progress is not None:
+            # The warm start can take seconds; say what it found before the first model is built.
+            report_progress(time.perf_counter() - start, None, None, None)
+        horizon = options.horizon if options.horizon is not None else run.warm_makespan
+        assert horizon is not None
+        if options.horizon is not None and run.warm_makespan is not None:
+            horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
+        met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
+        if options.dump_model is not None and horizon >= 1:
+            _dump(run, horizon)
+        if horizon < lower:
+            run.steps.append(
+                {"horizon": horizon, "status": "infeasible", "reason": f"horizon < lower bound {lower}"}
+            )
+        elif met and prove:
+            # The bound already proves the warm start optimal; the solver is asked on its own.
+            _prove(run)
+        elif met and not options.extra.get("always_solve", False):
+            # The warm start already meets a proven lower bound: nothing left for a solver to prove.
+            run.steps.append(
+                {"horizon": horizon, "status": "skipped", "reason": "warm start meets the lower bound"}
+            )
+        else:
+            STRATEGIES[strategy](run, horizon)
+            if prove:
+                _prove(run)
+    except _RefusedError as exc:
+        run.fallback = str(exc)
+        run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
+        log.warning("milp: %s; returning the best verified schedule", exc)
+        try:
+            _heuristic_instead(run)
+        except KeyboardInterrupt:
+            run.interrupted = True
+    except KeyboardInterrupt:
+        # Ctrl-C in the build, the translation or (via the adapter) the search: keep the
+        # best verified schedule and say so (contract of ccplan.errors.SolveInterrupted).
+        run.interrupted = True
     if options.progress_path is not None:
         _write_progress(options.progress_path, run.trajectory)
     if options.log_path is not None and not any("question" in st for st in run.steps):
@@ -709,7 +910,7 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
     last = run.steps[-1] if run.steps else {}
     details = {
         "backend": backend,
-        "strategy": strategy,
+        "strategy": strategy if run.auto_choice is None else f"auto:{run.auto_choice}",
         "horizon": horizon,
         "lower_bound_input": lower,
         "model_size": run.model_size,
@@ -717,6 +918,7 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "translate_seconds": round(run.translate_seconds, 3),
         "solve_seconds": round(run.solve_seconds, 3),
         "warm_start_seconds": round(warm_seconds, 3),
+        "warm_start_first_round_seconds": round(run.warm_facts.get("first_round_seconds", 0.0), 3),
         "cpsat_status": last.get("status"),
         "best_bound": bound,
         "trajectory": [(round(t, 4), o, b) for t, o, b in run.trajectory],
@@ -728,5 +930,18 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "incumbent_source": run.incumbent_source if schedule is not None else None,
         "cpsat_params": params if backend == "cpsat" else "",
         "steps": run.steps,
+        # the analytic bound beside what the solver's answers added to it
+        "bounds": {"analytic": lower, "with_solver": run.global_bound},
+        "memory_budget": run.memory_budget,
+        "model_estimate": run.estimate,
     }
+    if makespan is not None and status == "optimal":
+        details["proof"] = (
+            "solver" if run.solver_infeasible is not None and run.solver_infeasible >= makespan - 1
+            else "lower bound" if makespan <= lower else "solver and lower bound"
+        )
+    if run.fallback is not None:
+        details["fallback"] = run.fallback
+    if run.interrupted:
+        details["interrupted"] = True
     return Outcome(schedule=schedule, status=status, bound_slots=float(bound), details=details)

@@ -27,10 +27,9 @@ The default build is *sparse*: variables that reachability fixes to zero are not
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,13 +41,11 @@ from pyomo.core.base.var import VarData
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
-from ccplan.instances.paths import latency_distances
+from ccplan.model.size import INF as INF  # re-exported: ModelIndex.earliest uses it
+from ccplan.model.size import reach_windows
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
-
-INF = 1 << 60
-"""Distance of an unreachable node (larger than any horizon)."""
 
 _META_ATTR = "_ccplan_index"
 
@@ -160,47 +157,6 @@ def model_index(model: pyo.ConcreteModel) -> ModelIndex:
     return meta
 
 
-# --------------------------------------------------------------------------- reachability
-def _earliest_from(instance: Instance, sources: Iterable[int], horizon: int) -> dict[int, int]:
-    """Earliest slot each node can hold a chunk held at slot 0 by ``sources``.
-
-    Dijkstra with link weight ``L``; a link whose occupancy window ``t .. t+l-1`` meets a slot
-    with ``omega = 0`` cannot start in ``t``, so the search waits for the next free start (the
-    earliest arrival is FIFO in the start time, hence Dijkstra stays exact).
-    """
-    topo = instance.topology
-    occ = instance.occupancy
-    lat = instance.latency
-    dist: dict[int, int] = {}
-    heap = [(0, v) for v in sorted(set(sources))]
-    heapq.heapify(heap)
-    while heap:
-        a, u = heapq.heappop(heap)
-        if u in dist:
-            continue
-        dist[u] = a
-        for e in topo.out_links[u]:
-            w = topo.links[e].dst
-            if w in dist:
-                continue
-            t = a
-            while t + int(lat[e]) <= horizon and any(
-                instance.omega(e, s) == 0 for s in range(t, t + int(occ[e]))
-            ):
-                t += 1
-            arrive = t + int(lat[e])
-            if arrive <= horizon:
-                heapq.heappush(heap, (arrive, w))
-    return dist
-
-
-def _distance_to(instance: Instance, targets: Iterable[int]) -> dict[int, int]:
-    """Shortest ``L``-path length from every node to the nearest of ``targets`` (no outages:
-    a valid underestimate, so the latest-time pruning built on it stays exact)."""
-    dist = latency_distances(instance.topology, instance.latency.tolist(), targets, reverse=True)
-    return {v: int(d) for v, d in dist.items()}
-
-
 @dataclass
 class _Plan:
     """Pure-Python index sets of one build (before any Pyomo object exists)."""
@@ -218,27 +174,7 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
     lat = instance.latency
     occ = instance.occupancy
     holders = coll.holders
-    demanders: dict[Chunk, set[int]] = defaultdict(set)
-    for chunk, v in coll.demands:
-        demanders[chunk].add(v)
-
-    earliest: dict[tuple[Chunk, int], int] = {}
-    latest: dict[tuple[Chunk, int], int] = {}
-    cache_e: dict[frozenset[int], dict[int, int]] = {}
-    cache_l: dict[frozenset[int], dict[int, int]] = {}
-    for chunk in coll.chunk_ids:
-        src_set = holders[chunk]
-        dem_set = frozenset(demanders.get(chunk, ()))
-        if src_set not in cache_e:
-            cache_e[src_set] = _earliest_from(instance, src_set, horizon)
-        if dem_set not in cache_l:
-            cache_l[dem_set] = _distance_to(instance, dem_set)
-        dist_e = cache_e[src_set]
-        dist_l = cache_l[dem_set]
-        for v in topo.node_ids:
-            earliest[(chunk, v)] = 0 if dense else dist_e.get(v, INF)
-            to_dem = dist_l.get(v)
-            latest[(chunk, v)] = horizon if dense else (-INF if to_dem is None else horizon - to_dem)
+    earliest, latest, demanders = reach_windows(instance, horizon, dense)
 
     x_keys: list[Key] = []
     for chunk in coll.chunk_ids:
