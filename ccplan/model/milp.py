@@ -42,7 +42,7 @@ from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.model.size import INF as INF  # re-exported: ModelIndex.earliest uses it
-from ccplan.model.size import reach_windows
+from ccplan.model.size import reach_windows, y_window
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -201,16 +201,7 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
         dem = demanders.get(chunk, set())
         for v in topo.node_ids:
             kv = (chunk, v)
-            if dense:
-                lo, hi = 0, horizon
-            elif v in held:
-                lo, hi = 0, max(0, min(horizon, latest[kv]))
-            elif v in dem:
-                # capped at H so an unreachable demand still has y[.., H] (forced to 0 by (6)),
-                # which makes (8) infeasible instead of an empty row
-                lo, hi = min(earliest[kv], horizon), horizon
-            else:
-                lo, hi = earliest[kv], min(latest[kv], horizon)
+            lo, hi = y_window(horizon, dense, v in held, v in dem, earliest[kv], latest[kv])
             if lo <= hi:
                 y_ranges[kv] = (lo, hi)
             if v in dem:

@@ -145,6 +145,25 @@ class ModelEstimate:
                 f"{self.nonzeros / 1e6:.2f} M nonzeros, ~{self.bytes / 1e9:.1f} GB")
 
 
+def y_window(
+    horizon: int, dense: bool, held: bool, demanded: bool, earliest: int, latest: int
+) -> tuple[int, int]:
+    """Slots ``lo .. hi`` in which ``y[chunk, v, t]`` exists (empty when ``lo > hi``).
+
+    The model builder and :func:`estimate_size` both use it, so the estimate counts exactly
+    the variables the builder creates. A demanded node's window is capped at ``H``, so an
+    unreachable demand still has ``y[.., H]`` (forced to 0 by (6)), which makes (8)
+    infeasible instead of an empty row.
+    """
+    if dense:
+        return 0, horizon
+    if held:
+        return 0, max(0, min(horizon, latest))
+    if demanded:
+        return min(earliest, horizon), horizon
+    return earliest, min(latest, horizon)
+
+
 def estimate_size(
     instance: Instance, horizon: int, *, dense: bool = False, cuts: bool = True
 ) -> ModelEstimate:
@@ -194,14 +213,7 @@ def estimate_size(
         dem = demanders.get(chunk, set())
         for v in topo.node_ids:
             kv = (chunk, v)
-            if dense:
-                lo, hi = 0, H
-            elif v in held:
-                lo, hi = 0, max(0, min(H, latest[kv]))
-            elif v in dem:
-                lo, hi = min(earliest[kv], H), H
-            else:
-                lo, hi = earliest[kv], min(latest[kv], H)
+            lo, hi = y_window(H, dense, v in held, v in dem, earliest[kv], latest[kv])
             if lo <= hi:
                 n_y += hi - lo + 1
                 y_rows += hi - max(lo, 1) + 1
