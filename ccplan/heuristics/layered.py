@@ -300,6 +300,37 @@ class _State:
         return (wanted * 10**8 + exclusive * 10**7 + min(rarity, 999) * 10**4
                 + min(self.unsat[ci].bit_count(), 99) * 100 + (99 - min(self.rank[ci], 99)))
 
+    def weights(self, cols: list[int], links: list[int], v: int, topo: Topology) -> np.ndarray:
+        """:meth:`weight` of every chunk of ``cols`` on every link of ``links`` (all into ``v``).
+
+        Returns an int64 array ``(len(links), len(cols))``, equal entry by entry to
+        :meth:`weight`, computed with one membership row per in-link of ``v`` instead of one
+        scan of the in-links per (link, chunk) pair; the chunk terms are computed once.
+        """
+        ins = topo.in_links[v]
+        held_in = np.array(
+            [[ci in self.held[topo.links[k].src] for ci in cols] for k in ins], dtype=np.int64
+        ).reshape(len(ins), len(cols))
+        lat_in = np.array([self.lat[k] for k in ins])
+        lat_j = np.array([self.lat[j] for j in links])
+        # faster-or-equal other in-links of v, per link of ``links``
+        rival = (lat_in[None, :] <= lat_j[:, None]) & (np.asarray(ins)[None, :] != np.asarray(links)[:, None])
+        others = rival.astype(np.int64) @ held_in
+        exclusive = np.maximum(0, 9 - others)
+        bv = self.bit[v]
+        unsat = self.unsat
+        chunk_terms = np.array(
+            [
+                (10**8 if unsat[ci] & bv else 0)
+                + min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
+                + min(unsat[ci].bit_count(), 99) * 100
+                + (99 - min(self.rank[ci], 99))
+                for ci in cols
+            ],
+            dtype=np.int64,
+        )
+        return exclusive * 10**7 + chunk_terms[None, :]
+
     def candidates(self, j: int, u: int, v: int, t: int) -> list[int]:
         """Chunk indices ``u`` may usefully send to ``v`` over link ``j`` in slot ``t``
         (candidate sources): ``v`` wants the chunk, or ``v`` is a relay towards a target that
@@ -339,16 +370,21 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
             units.extend([j] * free)
         if not units:
             continue
+        links = list(cand)
         if len(units) == 1:
-            j = units[0]
-            commit(j, max(cand[j], key=lambda ci: (st.weight(ci, j, v, topo), -ci)))
+            # one link, so ``cols`` is its candidate list; argmax takes the lowest chunk on a tie
+            cols = cand[units[0]]
+            commit(units[0], cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))])
             continue
         cols = sorted({ci for cs in cand.values() for ci in cs})
         pos = {ci: k for k, ci in enumerate(cols)}
-        w = np.zeros((len(units), len(cols)), dtype=np.int64)
-        for r, j in enumerate(units):
-            for ci in cand[j]:
-                w[r, pos[ci]] = _BIG + st.weight(ci, j, v, topo)
+        per_link = st.weights(cols, links, v, topo)
+        offered = np.zeros(per_link.shape, dtype=bool)
+        for r, j in enumerate(links):
+            offered[r, [pos[ci] for ci in cand[j]]] = True
+        per_link = np.where(offered, per_link + _BIG, 0)
+        row_of = {j: r for r, j in enumerate(links)}
+        w = per_link[[row_of[j] for j in units]]
         rows, colsel = linear_sum_assignment(w, maximize=True)
         for r, k in zip(rows, colsel, strict=True):
             if w[r, k] > 0:
@@ -368,8 +404,10 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
         cs = st.candidates(j, u, v, t)
         if not cs:
             continue
-        ci = max(cs, key=lambda c: (st.weight(c, j, v, topo), -c))
-        value = _BIG + st.weight(ci, j, v, topo)
+        ws = st.weights(cs, [j], v, topo)[0]
+        k = int(np.argmax(ws))  # ``cs`` is sorted: the lowest chunk wins a tie
+        ci = cs[k]
+        value = _BIG + int(ws[k])
         if value > w[npos[u], npos[v]]:
             w[npos[u], npos[v]] = value
             best[(u, v)] = (j, ci)
