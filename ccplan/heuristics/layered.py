@@ -170,8 +170,14 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             avail[ci, pos[v]] = 0
     for c, v in coll.demands:
         wants[cidx[c], pos[v]] = True
+    # dense mirrors of held / holders_count / unsat for the vectorised weights
+    held_arr = np.zeros((len(nodes), len(chunks)), dtype=bool)
+    for v, cs in held.items():
+        held_arr[pos[v], list(cs)] = True
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
-                   pos, dmat, avail, wants)
+                   pos, dmat, avail, wants, held_arr, np.array(holders_count, dtype=np.int64),
+                   np.array([m.bit_count() for m in unsat], dtype=np.int64),
+                   np.array(rank, dtype=np.int64))
     pending: dict[int, list[tuple[int, int]]] = {}
     sends: list[Send] = []
     last_outage = max((t for _, _, t in instance.outages), default=0)
@@ -186,6 +192,7 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
             held[v].add(ci)
+            held_arr[pos[v], ci] = True
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
         before = len(sends)
@@ -197,6 +204,7 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
             holders_count[ci] += 1
+            state.holders_arr[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
             avail[ci, pos[v]] = t + lat[j]
@@ -204,6 +212,7 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             state.forget(ci)
             if unsat[ci] & bit[v]:
                 unsat[ci] &= ~bit[v]
+                state.unsat_n[ci] -= 1
                 left -= 1
 
         match(topo, res, t, state, commit)
@@ -238,6 +247,10 @@ class _State:
     dmat: np.ndarray  # (V, V) shortest latency, inf when unreachable
     avail: np.ndarray  # (C, V) slot from which a node has the chunk (inf: never)
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
+    held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
+    holders_arr: np.ndarray  # (C,) ``holders_count`` as an array
+    unsat_n: np.ndarray  # (C,) nodes in ``unsat`` (its bit count)
+    rank_arr: np.ndarray  # (C,) ``rank`` as an array
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
@@ -308,26 +321,20 @@ class _State:
         scan of the in-links per (link, chunk) pair; the chunk terms are computed once.
         """
         ins = topo.in_links[v]
-        held_in = np.array(
-            [[ci in self.held[topo.links[k].src] for ci in cols] for k in ins], dtype=np.int64
-        ).reshape(len(ins), len(cols))
+        c = np.asarray(cols, dtype=np.intp)
+        srcs = np.array([self.pos[topo.links[k].src] for k in ins], dtype=np.intp)
+        held_in = self.held_arr[srcs[:, None], c[None, :]].astype(np.int64)
         lat_in = np.array([self.lat[k] for k in ins])
         lat_j = np.array([self.lat[j] for j in links])
         # faster-or-equal other in-links of v, per link of ``links``
         rival = (lat_in[None, :] <= lat_j[:, None]) & (np.asarray(ins)[None, :] != np.asarray(links)[:, None])
         others = rival.astype(np.int64) @ held_in
         exclusive = np.maximum(0, 9 - others)
-        bv = self.bit[v]
-        unsat = self.unsat
-        chunk_terms = np.array(
-            [
-                (10**8 if unsat[ci] & bv else 0)
-                + min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
-                + min(unsat[ci].bit_count(), 99) * 100
-                + (99 - min(self.rank[ci], 99))
-                for ci in cols
-            ],
-            dtype=np.int64,
+        chunk_terms = (
+            self.wants[c, self.pos[v]].astype(np.int64) * 10**8
+            + np.minimum(np.maximum(self.max_holders - self.holders_arr[c], 0), 999) * 10**4
+            + np.minimum(self.unsat_n[c], 99) * 100
+            + (99 - np.minimum(self.rank_arr[c], 99))
         )
         return exclusive * 10**7 + chunk_terms[None, :]
 
