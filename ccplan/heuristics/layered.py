@@ -174,10 +174,11 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
     held_arr = np.zeros((len(nodes), len(chunks)), dtype=bool)
     for v, cs in held.items():
         held_arr[pos[v], list(cs)] = True
+    have_arr = held_arr.copy()
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
                    pos, dmat, avail, wants, held_arr, np.array(holders_count, dtype=np.int64),
                    np.array([m.bit_count() for m in unsat], dtype=np.int64),
-                   np.array(rank, dtype=np.int64))
+                   np.array(rank, dtype=np.int64), have_arr)
     pending: dict[int, list[tuple[int, int]]] = {}
     sends: list[Send] = []
     last_outage = max((t for _, _, t in instance.outages), default=0)
@@ -203,6 +204,7 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             res.reserve(j, t)
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
+            have_arr[pos[v], ci] = True
             holders_count[ci] += 1
             state.holders_arr[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
@@ -251,6 +253,7 @@ class _State:
     holders_arr: np.ndarray  # (C,) ``holders_count`` as an array
     unsat_n: np.ndarray  # (C,) nodes in ``unsat`` (its bit count)
     rank_arr: np.ndarray  # (C,) ``rank`` as an array
+    have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
@@ -313,7 +316,7 @@ class _State:
         return (wanted * 10**8 + exclusive * 10**7 + min(rarity, 999) * 10**4
                 + min(self.unsat[ci].bit_count(), 99) * 100 + (99 - min(self.rank[ci], 99)))
 
-    def weights(self, cols: list[int], links: list[int], v: int, topo: Topology) -> np.ndarray:
+    def weights(self, cols: np.ndarray, links: list[int], v: int, topo: Topology) -> np.ndarray:
         """:meth:`weight` of every chunk of ``cols`` on every link of ``links`` (all into ``v``).
 
         Returns an int64 array ``(len(links), len(cols))``, equal entry by entry to
@@ -338,24 +341,26 @@ class _State:
         )
         return exclusive * 10**7 + chunk_terms[None, :]
 
-    def candidates(self, j: int, u: int, v: int, t: int) -> list[int]:
+    def candidates(self, j: int, u: int, v: int, t: int) -> np.ndarray:
         """Chunk indices ``u`` may usefully send to ``v`` over link ``j`` in slot ``t``
         (candidate sources): ``v`` wants the chunk, or ``v`` is a relay towards a target that
-        no other copy reaches as early."""
+        no other copy reaches as early. Sorted array."""
         mask = self.useful[j]
         unsat = self.unsat
         bv = self.bit[v]
-        out = []
-        relay = []
-        for ci in self.held[u] - self.have[v]:
-            if not unsat[ci] & mask:
-                continue
-            if unsat[ci] & bv:
-                out.append(ci)
-            else:
-                relay.append(ci)
-        out.extend(self.relay_helps(relay, j, u, v, t))
-        return sorted(out)
+        new = np.flatnonzero(self.held_arr[self.pos[u]] & ~self.have_arr[self.pos[v]])
+        if not len(new):
+            return new
+        wanted = self.wants[new, self.pos[v]]
+        if mask & bv:
+            # v itself is a target the link leads to: every chunk v wants passes the filter
+            out = new[wanted]
+        else:
+            out = np.array([ci for ci in new[wanted].tolist() if unsat[ci] & mask], dtype=np.intp)
+        relay = [ci for ci in new[~wanted].tolist() if unsat[ci] & mask]
+        if not relay:
+            return out
+        return np.union1d(out, np.asarray(self.relay_helps(relay, j, u, v, t), dtype=np.intp))
 
 
 def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
@@ -364,14 +369,14 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
     receiver picks the same rarest chunk and a bottleneck carries copies of one chunk)."""
     for v in topo.node_ids:
         units: list[int] = []
-        cand: dict[int, list[int]] = {}
+        cand: dict[int, np.ndarray] = {}
         for j in topo.in_links[v]:
             u = topo.links[j].src
             free = res.free_units(j, t)
             if free <= 0:
                 continue
             cs = st.candidates(j, u, v, t)
-            if not cs:
+            if not len(cs):
                 continue
             cand[j] = cs
             units.extend([j] * free)
@@ -381,21 +386,20 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
         if len(units) == 1:
             # one link, so ``cols`` is its candidate list; argmax takes the lowest chunk on a tie
             cols = cand[units[0]]
-            commit(units[0], cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))])
+            commit(units[0], int(cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))]))
             continue
-        cols = sorted({ci for cs in cand.values() for ci in cs})
-        pos = {ci: k for k, ci in enumerate(cols)}
+        cols = np.unique(np.concatenate([cand[j] for j in links]))
         per_link = st.weights(cols, links, v, topo)
         offered = np.zeros(per_link.shape, dtype=bool)
         for r, j in enumerate(links):
-            offered[r, [pos[ci] for ci in cand[j]]] = True
+            offered[r, np.searchsorted(cols, cand[j])] = True
         per_link = np.where(offered, per_link + _BIG, 0)
         row_of = {j: r for r, j in enumerate(links)}
         w = per_link[[row_of[j] for j in units]]
         rows, colsel = linear_sum_assignment(w, maximize=True)
         for r, k in zip(rows, colsel, strict=True):
             if w[r, k] > 0:
-                commit(units[r], cols[k])
+                commit(units[r], int(cols[k]))
 
 
 def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
@@ -409,11 +413,11 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
         if res.free_units(j, t) <= 0:
             continue
         cs = st.candidates(j, u, v, t)
-        if not cs:
+        if not len(cs):
             continue
         ws = st.weights(cs, [j], v, topo)[0]
         k = int(np.argmax(ws))  # ``cs`` is sorted: the lowest chunk wins a tie
-        ci = cs[k]
+        ci = int(cs[k])
         value = _BIG + int(ws[k])
         if value > w[npos[u], npos[v]]:
             w[npos[u], npos[v]] = value
