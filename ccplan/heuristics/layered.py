@@ -176,9 +176,9 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
         held_arr[pos[v], list(cs)] = True
     have_arr = held_arr.copy()
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
-                   pos, dmat, avail, wants, held_arr, np.array(holders_count, dtype=np.int64),
-                   np.array([m.bit_count() for m in unsat], dtype=np.int64),
-                   np.array(rank, dtype=np.int64), have_arr)
+                   pos, dmat, avail, wants, held_arr, have_arr, np.zeros(len(chunks), dtype=np.int64))
+    for ci in range(len(chunks)):
+        state.rescore(ci)
     pending: dict[int, list[tuple[int, int]]] = {}
     sends: list[Send] = []
     last_outage = max((t for _, _, t in instance.outages), default=0)
@@ -206,7 +206,6 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             have[v].add(ci)
             have_arr[pos[v], ci] = True
             holders_count[ci] += 1
-            state.holders_arr[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
             avail[ci, pos[v]] = t + lat[j]
@@ -214,8 +213,8 @@ def layered_schedule(instance: Instance, options: LayeredOptions | None = None) 
             state.forget(ci)
             if unsat[ci] & bit[v]:
                 unsat[ci] &= ~bit[v]
-                state.unsat_n[ci] -= 1
                 left -= 1
+            state.rescore(ci)
 
         match(topo, res, t, state, commit)
         chosen = len(sends) > before
@@ -250,10 +249,9 @@ class _State:
     avail: np.ndarray  # (C, V) slot from which a node has the chunk (inf: never)
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
     held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
-    holders_arr: np.ndarray  # (C,) ``holders_count`` as an array
-    unsat_n: np.ndarray  # (C,) nodes in ``unsat`` (its bit count)
-    rank_arr: np.ndarray  # (C,) ``rank`` as an array
     have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
+    chunk_score: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
@@ -323,23 +321,34 @@ class _State:
         :meth:`weight`, computed with one membership row per in-link of ``v`` instead of one
         scan of the in-links per (link, chunk) pair; the chunk terms are computed once.
         """
-        ins = topo.in_links[v]
+        srcs, rival, row_of = self._in_facts(v, topo)
         c = np.asarray(cols, dtype=np.intp)
-        srcs = np.array([self.pos[topo.links[k].src] for k in ins], dtype=np.intp)
-        held_in = self.held_arr[srcs[:, None], c[None, :]].astype(np.int64)
-        lat_in = np.array([self.lat[k] for k in ins])
-        lat_j = np.array([self.lat[j] for j in links])
-        # faster-or-equal other in-links of v, per link of ``links``
-        rival = (lat_in[None, :] <= lat_j[:, None]) & (np.asarray(ins)[None, :] != np.asarray(links)[:, None])
-        others = rival.astype(np.int64) @ held_in
+        held_in = self.held_arr[np.ix_(srcs, c)].astype(np.int64)
+        others = rival[[row_of[j] for j in links]] @ held_in
         exclusive = np.maximum(0, 9 - others)
-        chunk_terms = (
-            self.wants[c, self.pos[v]].astype(np.int64) * 10**8
-            + np.minimum(np.maximum(self.max_holders - self.holders_arr[c], 0), 999) * 10**4
-            + np.minimum(self.unsat_n[c], 99) * 100
-            + (99 - np.minimum(self.rank_arr[c], 99))
-        )
+        chunk_terms = self.wants[c, self.pos[v]] * 10**8 + self.chunk_score[c]
         return exclusive * 10**7 + chunk_terms[None, :]
+
+    def _in_facts(self, v: int, topo: Topology) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+        """Static facts of ``v``'s in-links, cached: their tails' rows, the (K, K) matrix of
+        "in-link k is another in-link at least as fast as j" and the row of each link."""
+        got = self.in_facts.get(v)
+        if got is None:
+            ins = topo.in_links[v]
+            srcs = np.array([self.pos[topo.links[k].src] for k in ins], dtype=np.intp)
+            lat_in = np.array([self.lat[k] for k in ins])
+            rival = (lat_in[None, :] <= lat_in[:, None]) & ~np.eye(len(ins), dtype=bool)
+            got = (srcs, rival.astype(np.int64), {k: r for r, k in enumerate(ins)})
+            self.in_facts[v] = got
+        return got
+
+    def rescore(self, ci: int) -> None:
+        """Refresh the chunk part of :meth:`weight` (rarity, unsatisfied count, rank) of ``ci``."""
+        self.chunk_score[ci] = (
+            min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
+            + min(self.unsat[ci].bit_count(), 99) * 100
+            + (99 - min(self.rank[ci], 99))
+        )
 
     def candidates(self, j: int, u: int, v: int, t: int) -> np.ndarray:
         """Chunk indices ``u`` may usefully send to ``v`` over link ``j`` in slot ``t``
