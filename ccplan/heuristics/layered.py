@@ -397,11 +397,13 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
             cols = cand[units[0]]
             commit(units[0], int(cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))]))
             continue
-        cols = np.unique(np.concatenate([cand[j] for j in links]))
-        per_link = st.weights(cols, links, v, topo)
-        offered = np.zeros(per_link.shape, dtype=bool)
+        # rows over all chunks, then the columns some link offers (cheaper than np.unique)
+        offered_all = np.zeros((len(links), st.held_arr.shape[1]), dtype=bool)
         for r, j in enumerate(links):
-            offered[r, np.searchsorted(cols, cand[j])] = True
+            offered_all[r, cand[j]] = True
+        cols = np.flatnonzero(offered_all.any(axis=0))
+        offered = offered_all[:, cols]
+        per_link = st.weights(cols, links, v, topo)
         per_link = np.where(offered, per_link + _BIG, 0)
         row_of = {j: r for r, j in enumerate(links)}
         w = per_link[[row_of[j] for j in units]]
