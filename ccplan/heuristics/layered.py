@@ -25,8 +25,11 @@ Semantics are the canonical ones (DESIGN.md): occupancy window ``t .. t+l-1`` un
 ``omega`` (outages included), arrival at ``t + L``, one copy per node, ``single_port``
 as a node-level matching (one send and one receive per node and slot).
 
-Complexity: per layer, ``O(|E| C_held)`` candidate checks (bit masks over targets) plus one
-assignment per receiver, ``O(k^3)`` in its size ``k``; the number of layers is the makespan.
+Complexity: per layer and receiver, a fixed number of numpy operations on (node x chunk)
+boolean arrays (candidates: the row difference "tail holds, receiver does not have"; weights:
+one membership row per in-link) plus one assignment, ``O(k^3)`` in its size ``k``; relay
+candidates are filtered with bit masks over targets. The number of layers is the makespan,
+so a run costs about receivers x layers numpy calls plus constant work per send.
 """
 
 from __future__ import annotations
