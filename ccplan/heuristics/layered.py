@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 _Commit = Callable[[int, int], None]
 
+_ETA_CELLS = 8_000_000  # float64 cells of one batch of arrival estimates (64 MB)
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 
 
@@ -271,15 +272,18 @@ class _State:
         """Per chunk of ``cis`` and target: the earliest slot some copy could get there (best,
         which node gives it, second best), computed on demand and cached for the layer."""
         missing = [ci for ci in cis if ci not in self.cache]
-        if missing:
-            rows = np.asarray(missing)
+        # the (chunks, V, V) intermediate is built a few chunks at a time: about 64 MB at most
+        batch = max(1, _ETA_CELLS // max(1, self.dmat.size))
+        for lo in range(0, len(missing), batch):
+            part = missing[lo:lo + batch]
+            rows = np.asarray(part)
             start = np.maximum(self.avail[rows], self.now)
             eta = start[:, :, None] + self.dmat[None, :, :]
             arg1 = np.argmin(eta, axis=1)
             eta1 = np.take_along_axis(eta, arg1[:, None, :], axis=1)[:, 0, :]
             two = eta.shape[1] >= 2
             eta2 = np.partition(eta, 1, axis=1)[:, 1, :] if two else np.full_like(eta1, np.inf)
-            for k, ci in enumerate(missing):
+            for k, ci in enumerate(part):
                 self.cache[ci] = (eta1[k], arg1[k], eta2[k])
         got = [self.cache[ci] for ci in cis]
         return (np.array([g[0] for g in got]), np.array([g[1] for g in got]), np.array([g[2] for g in got]))
