@@ -71,6 +71,30 @@ SIZES: list[tuple[str, dict[str, Any], int, int, int, int]] = [
     ("hypercube", {}, 8, 24, 8, 0),
     ("hypercube", {"dim": 1}, 2, 2, 2, 0),
     ("hypercube", {"dim": 4}, 16, 64, 16, 0),
+    # Fat-tree k=4 (default): k^3/4 = 16 GPUs; k*k/2 = 8 edge + 8 aggregation + (k/2)^2 = 4
+    # core switches = 20; cables GPU-edge 16 + edge-agg 4 pods * 2 * 2 = 16 + agg-core 16 = 48.
+    ("fat_tree", {}, 36, 96, 16, 20),
+    # k=2: 2 GPUs, 2 edge + 2 aggregation + 1 core; per pod one cable per level: 6 cables.
+    ("fat_tree", {"k": 2}, 7, 12, 2, 5),
+]
+
+# Cluster-scale built-ins (same columns), checked with linear-time tests only.
+SCALE: list[tuple[str, dict[str, Any], int, int, int, int]] = [
+    # NDv2 x128: 1024 GPUs + 1 switch; 128 * 32 NVLink links + 128 * 2 NIC links = 4352.
+    ("ndv2", {"chassis": 128}, 1025, 4352, 1024, 1),
+    # DGX2 x128: 2048 GPUs + 128 NVSwitches; 128 * 32 + 8 NICs * 128 = 5120.
+    ("dgx2", {"chassis": 128}, 2176, 5120, 2048, 128),
+    # AMD x128: 2048 GCDs + 1024 small + 1 global switch; 128 * 104 = 13312 links.
+    ("amd", {"chassis": 128}, 3073, 13312, 2048, 1025),
+    # Torus 64x64: 2 cables per GPU -> 4 * 4096 links.
+    ("torus2d", {"rows": 64, "cols": 64}, 4096, 16384, 4096, 0),
+    # Mesh 64x64: 64 * 63 horizontal + 63 * 64 vertical = 8064 cables.
+    ("mesh2d", {"rows": 64, "cols": 64}, 4096, 16128, 4096, 0),
+    # Leaf-spine 64 leaves x 16 GPUs, 16 spines: 1024 + 64 + 16 nodes; 1024 + 64 * 16 cables.
+    ("leaf_spine", {"leaves": 64, "gpus_per_leaf": 16, "spines": 16}, 1104, 4096, 1024, 80),
+    # Fat-tree k=16: 16^3/4 = 1024 GPUs; 128 edge + 128 aggregation + 64 core switches;
+    # 1024 GPU-edge + 16 pods * 64 edge-agg + 16 pods * 64 agg-core = 3072 cables.
+    ("fat_tree", {"k": 16}, 1344, 6144, 1024, 320),
 ]
 
 
@@ -103,6 +127,40 @@ def _build(name: str, params: dict[str, Any]) -> Topology:
 def _bw_alpha(topo: Topology, a: int, b: int) -> tuple[float, float]:
     link = topo.link(a, b)
     return link.bandwidth_GBps, link.alpha_us
+
+
+@pytest.mark.parametrize("case", SCALE, ids=[_ident(c) for c in SCALE])
+def test_scale_builtins(case: tuple[str, dict[str, Any], int, int, int, int]) -> None:
+    """Thousands of GPUs: counts (derivations next to each SCALE entry), id layout, the
+    documented one-way links, and strong connectivity (every GPU reaches every GPU)."""
+    name, params, nodes, links, gpus, switches = case
+    topo = _build(name, params)
+    assert (topo.num_nodes, topo.num_links, len(topo.gpus), len(topo.switches)) == (
+        nodes, links, gpus, switches,
+    )
+    assert sorted(topo.gpus) == list(range(gpus))
+    assert sorted(topo.switches) == list(range(gpus, nodes))
+    one_way = [lk for lk in topo.links if not topo.has_link(lk.dst, lk.src)]
+    assert len(one_way) == _one_way_links(name, params)
+    assert nx.is_strongly_connected(topo.to_networkx())
+
+
+def test_fat_tree_wiring() -> None:
+    """k=16: every switch has k = 16 ports (edge: 8 GPUs + 8 aggregation; aggregation: 8 edge +
+    8 core; core: one aggregation switch per pod), so bisection is full; GPU 1023 hangs off the
+    last edge switch (1024 + 127), and core switch 1024 + 256 + 8a + j joins aggregation
+    switch a of every pod."""
+    topo = resolve_topology("fat_tree", k=16)
+    for sw in topo.switches:
+        assert len(topo.out_links[sw]) == 16 and len(topo.in_links[sw]) == 16
+    assert topo.has_link(1023, 1024 + 127) and topo.has_link(1024 + 127, 1023)
+    agg0, core0 = 1024 + 128, 1024 + 256
+    for a in range(8):
+        for j in range(8):
+            core = core0 + 8 * a + j
+            assert {topo.links[i].dst for i in topo.out_links[core]} == {agg0 + 8 * p + a for p in range(16)}
+    assert not topo.has_link(0, agg0)
+    assert _bw_alpha(topo, agg0, core0) == (50.0, 1.3)
 
 
 @pytest.mark.parametrize("case", SIZES, ids=[_ident(c) for c in SIZES])
@@ -358,6 +416,8 @@ BAD_PARAMS: list[tuple[str, dict[str, Any], str]] = [
     ("leaf_spine", {"leaves": 1, "gpus_per_leaf": 1}, "leaves * gpus_per_leaf must be >= 2"),
     ("hypercube", {"dim": 0}, "'dim' must be >= 1"),
     ("hypercube", {"dim": 40}, "'dim' must be <= 16"),
+    ("fat_tree", {"k": 3}, "'k' must be even"),
+    ("fat_tree", {"k": 0}, "'k' must be >= 2"),
     ("no_such_topology", {}, "'no_such_topology' is neither a built-in"),
 ]
 
@@ -383,3 +443,43 @@ def test_catalog_rows() -> None:
     assert rows["ndv2"]["parameters"] == {"chassis": 2}
     assert rows["ring"]["parameters"]["bandwidth_GBps"] == 50.0
     assert rows["dgx1"]["parameters"] == {}
+
+
+# ---------------------------------------------------------------------- schedules on larger fabrics
+def test_layered_on_torus_reaches_the_ingress_bound() -> None:
+    """AllGather 1 GB, C=1 on the 12x12 torus: each GPU must receive 143 chunks over 4 in-links
+    that carry one chunk per slot (l = 1, alpha/tau below the threshold, so L = 1), hence
+    >= ceil(143 / 4) = 36 slots. The layered constructor's schedule must pass the verifier,
+    respect that hand bound and the library's slot bound, and here meets it exactly."""
+    from ccplan.bounds import lower_bound_slots
+    from ccplan.heuristics.layered import layered_schedule
+    from ccplan.instances import make_collective, make_instance
+    from ccplan.schedule.verify import verify
+
+    topo = resolve_topology("torus2d", rows=12, cols=12)
+    inst = make_instance(topo, make_collective("allgather", topo), "1GB")
+    report = verify(inst, layered_schedule(inst))
+    assert report.ok, report.violations[:1]
+    assert lower_bound_slots(inst) == 36
+    assert report.makespan_slots == 36
+
+
+@pytest.mark.parametrize("method", ["layered", "mteg"])
+def test_heuristics_on_fat_tree(method: str) -> None:
+    """AllGather 1 GB, C=1 on the k=4 fat-tree (16 GPUs, 20 switches): the schedule passes the
+    verifier and is no shorter than the slot lower bound; every GPU has one 50 GB/s in-link,
+    so at least 15 slots (one chunk per slot on it)."""
+    from ccplan.bounds import lower_bound_slots
+    from ccplan.heuristics.layered import layered_schedule
+    from ccplan.heuristics.mteg import mteg_schedule
+    from ccplan.instances import make_collective, make_instance
+    from ccplan.schedule.verify import verify
+
+    topo = resolve_topology("fat_tree", k=4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1GB")
+    schedule = layered_schedule(inst) if method == "layered" else mteg_schedule(inst).schedule
+    report = verify(inst, schedule)
+    assert report.ok, report.violations[:1]
+    bound = lower_bound_slots(inst)
+    assert bound >= 15
+    assert report.makespan_slots is not None and report.makespan_slots >= bound

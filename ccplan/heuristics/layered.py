@@ -25,8 +25,11 @@ Semantics are the canonical ones (DESIGN.md): occupancy window ``t .. t+l-1`` un
 ``omega`` (outages included), arrival at ``t + L``, one copy per node, ``single_port``
 as a node-level matching (one send and one receive per node and slot).
 
-Complexity: per layer, ``O(|E| C_held)`` candidate checks (bit masks over targets) plus one
-assignment per receiver, ``O(k^3)`` in its size ``k``; the number of layers is the makespan.
+Complexity: per layer and receiver, a fixed number of numpy operations on (node x chunk)
+boolean arrays (candidates: the row difference "tail holds, receiver does not have"; weights:
+one membership row per in-link) plus one assignment, ``O(k^3)`` in its size ``k``; relay
+candidates are filtered with bit masks over targets. The number of layers is the makespan,
+so a run costs about receivers x layers numpy calls plus constant work per send.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ log = logging.getLogger(__name__)
 
 _Commit = Callable[[int, int], None]
 
+_ETA_CELLS = 8_000_000  # float64 cells of one batch of arrival estimates (64 MB)
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 
 
@@ -177,8 +181,15 @@ def layered_schedule(
             avail[ci, pos[v]] = 0
     for c, v in coll.demands:
         wants[cidx[c], pos[v]] = True
+    # dense mirrors of held / holders_count / unsat for the vectorised weights
+    held_arr = np.zeros((len(nodes), len(chunks)), dtype=bool)
+    for v, cs in held.items():
+        held_arr[pos[v], list(cs)] = True
+    have_arr = held_arr.copy()
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
-                   pos, dmat, avail, wants)
+                   pos, dmat, avail, wants, held_arr, have_arr, np.zeros(len(chunks), dtype=np.int64))
+    for ci in range(len(chunks)):
+        state.rescore(ci)
     pending: dict[int, list[tuple[int, int]]] = {}
     sends: list[Send] = []
     last_outage = max((t for _, _, t in instance.outages), default=0)
@@ -194,6 +205,7 @@ def layered_schedule(
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
             held[v].add(ci)
+            held_arr[pos[v], ci] = True
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
         before = len(sends)
@@ -204,6 +216,7 @@ def layered_schedule(
             res.reserve(j, t)
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
+            have_arr[pos[v], ci] = True
             holders_count[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
@@ -213,6 +226,7 @@ def layered_schedule(
             if unsat[ci] & bit[v]:
                 unsat[ci] &= ~bit[v]
                 left -= 1
+            state.rescore(ci)
 
         match(topo, res, t, state, commit)
         chosen = len(sends) > before
@@ -246,6 +260,10 @@ class _State:
     dmat: np.ndarray  # (V, V) shortest latency, inf when unreachable
     avail: np.ndarray  # (C, V) slot from which a node has the chunk (inf: never)
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
+    held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
+    have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
+    chunk_score: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
 
@@ -262,15 +280,18 @@ class _State:
         """Per chunk of ``cis`` and target: the earliest slot some copy could get there (best,
         which node gives it, second best), computed on demand and cached for the layer."""
         missing = [ci for ci in cis if ci not in self.cache]
-        if missing:
-            rows = np.asarray(missing)
+        # the (chunks, V, V) intermediate is built a few chunks at a time: about 64 MB at most
+        batch = max(1, _ETA_CELLS // max(1, self.dmat.size))
+        for lo in range(0, len(missing), batch):
+            part = missing[lo:lo + batch]
+            rows = np.asarray(part)
             start = np.maximum(self.avail[rows], self.now)
             eta = start[:, :, None] + self.dmat[None, :, :]
             arg1 = np.argmin(eta, axis=1)
             eta1 = np.take_along_axis(eta, arg1[:, None, :], axis=1)[:, 0, :]
             two = eta.shape[1] >= 2
             eta2 = np.partition(eta, 1, axis=1)[:, 1, :] if two else np.full_like(eta1, np.inf)
-            for k, ci in enumerate(missing):
+            for k, ci in enumerate(part):
                 self.cache[ci] = (eta1[k], arg1[k], eta2[k])
         got = [self.cache[ci] for ci in cis]
         return (np.array([g[0] for g in got]), np.array([g[1] for g in got]), np.array([g[2] for g in got]))
@@ -308,24 +329,62 @@ class _State:
         return (wanted * 10**8 + exclusive * 10**7 + min(rarity, 999) * 10**4
                 + min(self.unsat[ci].bit_count(), 99) * 100 + (99 - min(self.rank[ci], 99)))
 
-    def candidates(self, j: int, u: int, v: int, t: int) -> list[int]:
+    def weights(self, cols: np.ndarray, links: list[int], v: int, topo: Topology) -> np.ndarray:
+        """:meth:`weight` of every chunk of ``cols`` on every link of ``links`` (all into ``v``).
+
+        Returns an int64 array ``(len(links), len(cols))``, equal entry by entry to
+        :meth:`weight`, computed with one membership row per in-link of ``v`` instead of one
+        scan of the in-links per (link, chunk) pair; the chunk terms are computed once.
+        """
+        srcs, rival, row_of = self._in_facts(v, topo)
+        c = np.asarray(cols, dtype=np.intp)
+        held_in = self.held_arr[np.ix_(srcs, c)].astype(np.int64)
+        others = rival[[row_of[j] for j in links]] @ held_in
+        exclusive = np.maximum(0, 9 - others)
+        chunk_terms = self.wants[c, self.pos[v]] * 10**8 + self.chunk_score[c]
+        return exclusive * 10**7 + chunk_terms[None, :]
+
+    def _in_facts(self, v: int, topo: Topology) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
+        """Static facts of ``v``'s in-links, cached: their tails' rows, the (K, K) matrix of
+        "in-link k is another in-link at least as fast as j" and the row of each link."""
+        got = self.in_facts.get(v)
+        if got is None:
+            ins = topo.in_links[v]
+            srcs = np.array([self.pos[topo.links[k].src] for k in ins], dtype=np.intp)
+            lat_in = np.array([self.lat[k] for k in ins])
+            rival = (lat_in[None, :] <= lat_in[:, None]) & ~np.eye(len(ins), dtype=bool)
+            got = (srcs, rival.astype(np.int64), {k: r for r, k in enumerate(ins)})
+            self.in_facts[v] = got
+        return got
+
+    def rescore(self, ci: int) -> None:
+        """Refresh the chunk part of :meth:`weight` (rarity, unsatisfied count, rank) of ``ci``."""
+        self.chunk_score[ci] = (
+            min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
+            + min(self.unsat[ci].bit_count(), 99) * 100
+            + (99 - min(self.rank[ci], 99))
+        )
+
+    def candidates(self, j: int, u: int, v: int, t: int) -> np.ndarray:
         """Chunk indices ``u`` may usefully send to ``v`` over link ``j`` in slot ``t``
         (candidate sources): ``v`` wants the chunk, or ``v`` is a relay towards a target that
-        no other copy reaches as early."""
+        no other copy reaches as early. Sorted array."""
         mask = self.useful[j]
         unsat = self.unsat
         bv = self.bit[v]
-        out = []
-        relay = []
-        for ci in self.held[u] - self.have[v]:
-            if not unsat[ci] & mask:
-                continue
-            if unsat[ci] & bv:
-                out.append(ci)
-            else:
-                relay.append(ci)
-        out.extend(self.relay_helps(relay, j, u, v, t))
-        return sorted(out)
+        new = np.flatnonzero(self.held_arr[self.pos[u]] & ~self.have_arr[self.pos[v]])
+        if not len(new):
+            return new
+        wanted = self.wants[new, self.pos[v]]
+        if mask & bv:
+            # v itself is a target the link leads to: every chunk v wants passes the filter
+            out = new[wanted]
+        else:
+            out = np.array([ci for ci in new[wanted].tolist() if unsat[ci] & mask], dtype=np.intp)
+        relay = [ci for ci in new[~wanted].tolist() if unsat[ci] & mask]
+        if not relay:
+            return out
+        return np.union1d(out, np.asarray(self.relay_helps(relay, j, u, v, t), dtype=np.intp))
 
 
 def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
@@ -334,33 +393,39 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
     receiver picks the same rarest chunk and a bottleneck carries copies of one chunk)."""
     for v in topo.node_ids:
         units: list[int] = []
-        cand: dict[int, list[int]] = {}
+        cand: dict[int, np.ndarray] = {}
         for j in topo.in_links[v]:
             u = topo.links[j].src
             free = res.free_units(j, t)
             if free <= 0:
                 continue
             cs = st.candidates(j, u, v, t)
-            if not cs:
+            if not len(cs):
                 continue
             cand[j] = cs
             units.extend([j] * free)
         if not units:
             continue
+        links = list(cand)
         if len(units) == 1:
-            j = units[0]
-            commit(j, max(cand[j], key=lambda ci: (st.weight(ci, j, v, topo), -ci)))
+            # one link, so ``cols`` is its candidate list; argmax takes the lowest chunk on a tie
+            cols = cand[units[0]]
+            commit(units[0], int(cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))]))
             continue
-        cols = sorted({ci for cs in cand.values() for ci in cs})
-        pos = {ci: k for k, ci in enumerate(cols)}
-        w = np.zeros((len(units), len(cols)), dtype=np.int64)
-        for r, j in enumerate(units):
-            for ci in cand[j]:
-                w[r, pos[ci]] = _BIG + st.weight(ci, j, v, topo)
+        # rows over all chunks, then the columns some link offers (cheaper than np.unique)
+        offered_all = np.zeros((len(links), st.held_arr.shape[1]), dtype=bool)
+        for r, j in enumerate(links):
+            offered_all[r, cand[j]] = True
+        cols = np.flatnonzero(offered_all.any(axis=0))
+        offered = offered_all[:, cols]
+        per_link = st.weights(cols, links, v, topo)
+        per_link = np.where(offered, per_link + _BIG, 0)
+        row_of = {j: r for r, j in enumerate(links)}
+        w = per_link[[row_of[j] for j in units]]
         rows, colsel = linear_sum_assignment(w, maximize=True)
         for r, k in zip(rows, colsel, strict=True):
             if w[r, k] > 0:
-                commit(units[r], cols[k])
+                commit(units[r], int(cols[k]))
 
 
 def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
@@ -374,10 +439,12 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
         if res.free_units(j, t) <= 0:
             continue
         cs = st.candidates(j, u, v, t)
-        if not cs:
+        if not len(cs):
             continue
-        ci = max(cs, key=lambda c: (st.weight(c, j, v, topo), -c))
-        value = _BIG + st.weight(ci, j, v, topo)
+        ws = st.weights(cs, [j], v, topo)[0]
+        k = int(np.argmax(ws))  # ``cs`` is sorted: the lowest chunk wins a tie
+        ci = int(cs[k])
+        value = _BIG + int(ws[k])
         if value > w[npos[u], npos[v]]:
             w[npos[u], npos[v]] = value
             best[(u, v)] = (j, ci)

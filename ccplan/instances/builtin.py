@@ -456,6 +456,57 @@ def leaf_spine(
     )
 
 
+def fat_tree(
+    k: int = 4,
+    bandwidth_GBps: float = 50.0,
+    alpha_us: float = ALPHA_NIC_US,
+) -> Topology:
+    """Three-level k-ary fat-tree (Al-Fares et al.): ``k**3 / 4`` GPUs, full bisection.
+
+    Parameters
+    ----------
+    k : int
+        Switch radix, even, >= 2. ``k`` pods of ``k/2`` edge and ``k/2`` aggregation switches;
+        every edge switch serves ``k/2`` GPUs; ``(k/2)**2`` core switches. k = 16 gives 1,024
+        GPUs, k = 26 gives 4,394.
+    bandwidth_GBps, alpha_us : float
+        Every link (GPU-edge, edge-aggregation, aggregation-core), both directions.
+
+    Ids: GPUs first, GPU g of edge switch e of pod p is ``(p * k/2 + e) * k/2 + g``; then the
+    edge switches (``G + p * k/2 + e``), the aggregation switches (``G + k*k/2 + p * k/2 + a``)
+    and the core switches (``G + k*k + i * k/2 + j``). Aggregation switch a of every pod is
+    joined to the core switches ``a * k/2 .. a * k/2 + k/2 - 1``. Every cable is duplex.
+    """
+    where = "fat_tree"
+    radix = _check_int(k, "k", 2, where)
+    if radix % 2:
+        raise ValidationError(f"{where}: parameter 'k' must be even, got {radix}")
+    bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
+    half = radix // 2
+    n_gpus = radix * half * half
+    edge0 = n_gpus
+    agg0 = edge0 + radix * half
+    core0 = agg0 + radix * half
+    cables: list[Edge] = []
+    for p in range(radix):
+        for e in range(half):
+            edge = edge0 + p * half + e
+            for g in range(half):
+                cables.append(((p * half + e) * half + g, edge, bw, alpha))
+            for a in range(half):
+                cables.append((edge, agg0 + p * half + a, bw, alpha))
+        for a in range(half):
+            for j in range(half):
+                cables.append((agg0 + p * half + a, core0 + a * half + j, bw, alpha))
+    return make_topology(
+        f"fat-tree-{radix}",
+        gpus=range(n_gpus),
+        switches=range(n_gpus, core0 + half * half),
+        duplex_links=cables,
+        description=f"{radix}-ary fat-tree: {n_gpus} GPUs, {radix * radix + half * half} switches",
+    )
+
+
 def hypercube(dim: int = 3, bandwidth_GBps: float = 50.0, alpha_us: float = ALPHA_NVLINK_US) -> Topology:
     """Hypercube of ``2**dim`` GPUs: i <-> i XOR 2**b for every bit b (``dim * 2**dim`` links)."""
     where = "hypercube"
@@ -566,6 +617,7 @@ TOPOLOGIES: dict[str, TopologySpec] = {
         _spec("mesh2d", mesh2d),
         _spec("star_switch", star_switch),
         _spec("leaf_spine", leaf_spine),
+        _spec("fat_tree", fat_tree),
         _spec("hypercube", hypercube),
     )
 }

@@ -7,9 +7,11 @@ the chunk, link and slot of every violation.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
@@ -104,58 +106,99 @@ class Occupancy:
     """Link and port occupancy of accepted sends, and the capacity rules over it.
 
     Shared by both verifiers: capacity (7) over the occupancy window ``t .. t+l-1`` against
-    ``omega``, and the single-port option.
+    ``omega``, and the single-port option. Sends are only recorded by :meth:`add`; the
+    counting is done once, with numpy, in :meth:`violations` (one row per occupied link-slot,
+    so memory is a few integers per send rather than a Python list per link-slot).
     """
 
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
-        self.link_load: dict[tuple[int, int], list[Send]] = defaultdict(list)
-        self.send_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
-        self.recv_port: dict[tuple[int, int], list[Send]] = defaultdict(list)
+        self._sends: list[Send] = []
+        self._links: list[int] = []
 
     def add(self, send: Send, link: int) -> None:
         """Record ``send`` on link index ``link`` for its ``l`` occupancy slots."""
-        for t in range(send.slot, send.slot + int(self.instance.occupancy[link])):
-            self.link_load[(link, t)].append(send)
-            if self.instance.single_port:
-                self.send_port[(send.src, t)].append(send)
-                self.recv_port[(send.dst, t)].append(send)
+        self._sends.append(send)
+        self._links.append(link)
+
+    def _overloaded(
+        self, owner: np.ndarray, slot: np.ndarray, row: np.ndarray, limit: Callable[[np.ndarray], np.ndarray]
+    ) -> list[tuple[int, int, list[Send]]]:
+        """``(owner, slot, sends)`` of every (owner, slot) pair used by more than ``limit``
+        sends, in owner then slot order; ``row[i]`` is the send behind occupied slot ``i``."""
+        span = int(slot.max()) + 1
+        keys = owner * span + slot
+        uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        bad = np.nonzero(counts > limit(uniq))[0]
+        if not len(bad):
+            return []
+        order = np.argsort(inverse, kind="stable")  # rows grouped by key, in insertion order
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        return [
+            (int(uniq[k] // span), int(uniq[k] % span),
+             [self._sends[i] for i in row[order[starts[k]:starts[k] + counts[k]]]])
+            for k in bad
+        ]
 
     def violations(self) -> list[Violation]:
         """Capacity and single-port violations, in link/node then slot order."""
         out: list[Violation] = []
-        topo = self.instance.topology
-        for (link, t), sends in sorted(self.link_load.items()):
-            cap = self.instance.omega(link, t)
-            if len(sends) > cap:
-                src, dst = topo.links[link].key
-                chunks = ", ".join(str(list(s.chunk)) for s in sends)
+        if not self._sends:
+            return out
+        inst = self.instance
+        topo = inst.topology
+        links = np.asarray(self._links, dtype=np.int64)
+        occ = np.asarray(inst.occupancy, dtype=np.int64)[links]
+        # one row per (send, slot of its occupancy window)
+        row = np.repeat(np.arange(len(links)), occ)
+        first = np.repeat(np.cumsum(occ) - occ, occ)
+        slot = np.fromiter((s.slot for s in self._sends), dtype=np.int64, count=len(links))[row]
+        slot = slot + (np.arange(len(row)) - first)
+        span = int(slot.max()) + 1
+        down = np.array(sorted(lk * span + t for lk, t in inst.outage_set if t < span), dtype=np.int64)
+
+        def capacity(keys: np.ndarray) -> np.ndarray:
+            return np.where(np.isin(keys, down), 0, inst.capacity)
+
+        for link, t, sends in self._overloaded(links[row], slot, row, capacity):
+            cap = inst.omega(link, t)
+            src, dst = topo.links[link].key
+            chunks = ", ".join(str(list(s.chunk)) for s in sends)
+            out.append(
+                Violation(
+                    "capacity",
+                    f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
+                    f"but its capacity omega is {cap}",
+                    sends[-1].chunk,
+                    (src, dst),
+                    t,
+                )
+            )
+        if not inst.single_port:
+            return out
+
+        def one(keys: np.ndarray) -> np.ndarray:
+            return np.ones(len(keys), dtype=np.int64)
+
+        ends = {
+            "src": np.fromiter((s.src for s in self._sends), dtype=np.int64, count=len(links)),
+            "dst": np.fromiter((s.dst for s in self._sends), dtype=np.int64, count=len(links)),
+        }
+        for kind, end, role in (
+            ("single-port-send", "src", "sends"),
+            ("single-port-receive", "dst", "receives"),
+        ):
+            for node, t, sends in self._overloaded(ends[end][row], slot, row, one):
+                what = "; ".join(s.describe() for s in sends)
                 out.append(
                     Violation(
-                        "capacity",
-                        f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
-                        f"but its capacity omega is {cap}",
+                        kind,
+                        f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
                         sends[-1].chunk,
-                        (src, dst),
+                        (sends[-1].src, sends[-1].dst),
                         t,
                     )
                 )
-        for kind, table, role in (
-            ("single-port-send", self.send_port, "sends"),
-            ("single-port-receive", self.recv_port, "receives"),
-        ):
-            for (node, t), sends in sorted(table.items()):
-                if len(sends) > 1:
-                    what = "; ".join(s.describe() for s in sends)
-                    out.append(
-                        Violation(
-                            kind,
-                            f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
-                            sends[-1].chunk,
-                            (sends[-1].src, sends[-1].dst),
-                            t,
-                        )
-                    )
         return out
 
 
