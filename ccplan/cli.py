@@ -167,7 +167,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         "--chunks",
         type=_chunks_arg,
         default=1,
-        help="chunks per contribution C (default 1); `auto` (solve only): try 1, 2, 4, 8, keep the fastest",
+        help="chunks per contribution C (default 1); `auto` (solve only): C = 1, 2, 4, ... while faster",
     )
     g.add_argument(
         "--tau-rule",
@@ -328,7 +328,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         extra=extra,
     )
     if not args.quiet:
-        what = instance.describe() + (" (--chunks auto: C = 1, 2, 4, 8)" if args.chunks == "auto" else "")
+        what = instance.describe() + (" (--chunks auto: C = 1, 2, 4, ...)" if args.chunks == "auto" else "")
         print(f"solving {what} with {args.method} ...", file=sys.stderr, flush=True)
     try:
         try:
