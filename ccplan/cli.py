@@ -200,6 +200,8 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
         return "inf"
     if isinstance(value, int) and spec == ".4g":
         return str(value)  # slot counts and bounds are exact: never 3.28e+06 for 3280010
+    if isinstance(value, float) and spec == ".4g" and 1e4 <= abs(value) < 1e12:
+        return f"{value:.0f}"  # 80469 us reads better than 8.047e+04 us
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 
