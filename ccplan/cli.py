@@ -103,48 +103,28 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     )
 
 
-def _positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (the message names the flag via argparse)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
+def _arg_type(
+    convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], rule: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then check ``ok``; argparse names the flag in
+    front of the message (``--time-limit: must be a positive number, got '-1'``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _nonneg_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-def _nonneg_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
+_positive_float = _arg_type(float, "a number", lambda v: math.isfinite(v) and v > 0, "a positive number")
+_nonneg_float = _arg_type(float, "a number", lambda v: math.isfinite(v) and v >= 0, "a number >= 0")
+_nonneg_int = _arg_type(int, "an integer", lambda v: v >= 0, "an integer >= 0")
+_positive_int = _arg_type(int, "an integer", lambda v: v >= 1, "a positive integer")
 
 
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
