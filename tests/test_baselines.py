@@ -9,7 +9,7 @@ import pytest
 from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
 from ccplan.heuristics import baselines as bl
-from ccplan.instances.builtin import dgx1, fully_connected, line, ndv2, ring, star_switch
+from ccplan.instances.builtin import dgx1, fully_connected, line, ndv2, ring, star_switch, torus2d
 from ccplan.instances.collectives import allgather, alltoall, broadcast, make_collective
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
 from ccplan.instances.instance import make_instance
@@ -185,6 +185,19 @@ def test_ring_order_and_groups_on_real_topologies():
     assert all(topo.has_link(a, b) for a, b in zip(order, order[1:] + order[:1], strict=True))
     groups = bl.infer_groups(ndv2(2))
     assert sorted(map(sorted, groups)) == [list(range(8)), list(range(8, 16))]
+
+
+def test_ring_order_on_thousands_of_gpus():
+    """A 40x40 torus (1,600 GPUs): the search path is as long as the ring, deeper than Python's
+    recursion limit; the ring it returns is a Hamiltonian cycle of direct links (a torus row
+    snake closes, so one exists), and the ring AllGather on it verifies on a 12x12 torus."""
+    topo = torus2d(rows=40, cols=40)
+    order = bl.ring_order(topo)
+    assert sorted(order) == list(topo.gpus)
+    assert all(topo.has_link(a, b) for a, b in zip(order, order[1:] + order[:1], strict=True))
+    small = torus2d(rows=12, cols=12)
+    res = solve(make_instance(small, allgather(small), "1MB"), "ring")
+    assert res.verified and res.makespan_slots >= lower_bound_slots(res.instance)
 
 
 def test_hierarchical_with_explicit_groups_and_bad_groups():

@@ -34,7 +34,7 @@ import heapq
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from itertools import pairwise
 
@@ -576,7 +576,12 @@ def ring_order(topo: Topology, gpus: Sequence[int] | None = None) -> list[int]:
     def onward(h: int) -> int:
         return sum(1 for x in adj[h] if x not in used)
 
-    def dfs() -> bool:
+    # An explicit stack of candidate iterators, one per node on the path, not recursion:
+    # a ring over thousands of GPUs is as deep as it is long.
+    frames: list[Iterator[int]] = []
+
+    def enter() -> bool | None:
+        """True: the path closes a ring; False: dead end (or budget spent); None: expanded."""
         if len(path) == len(members):
             return start in adj[path[-1]]
         budget[0] -= 1
@@ -585,16 +590,26 @@ def ring_order(topo: Topology, gpus: Sequence[int] | None = None) -> list[int]:
         cur = path[-1]
         cands = [h for h in adj[cur] if h not in used]
         cands.sort(key=lambda h: (onward(h), -adj[cur][h], h))
-        for h in cands:
-            path.append(h)
-            used.add(h)
-            if dfs():
-                return True
+        frames.append(iter(cands))
+        return None
+
+    found = enter()
+    while found is None and frames:
+        h = next(frames[-1], None)
+        if h is None:  # every choice after path[-1] failed: step back
+            frames.pop()
+            if frames:
+                used.discard(path.pop())
+            continue
+        path.append(h)
+        used.add(h)
+        step = enter()
+        if step is True:
+            found = True
+        elif step is False:
             path.pop()
             used.discard(h)
-        return False
-
-    if dfs():
+    if found:
         return path
     log.info("no Hamiltonian ring found on %s; using id order with routed hops", topo.name)
     return members
