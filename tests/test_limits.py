@@ -76,6 +76,10 @@ def _two_gpus(name: str, bw01: float, bw10: float, alpha01: float = 0.0) -> Topo
         # AllGather on 100000 GPUs: 1e10 (chunk, node) entries
         (["solve", "--topology", "ring", "--topo-arg", "n=100000", "--size", "1MB"], "100000 GPUs"),
         (["bounds", "--topology", "ring", "--topo-arg", "n=100000", "--size", "1MB"], "100000 GPUs"),
+        # 100000 GPUs all joined: 1e10 links, refused from the counts before any link list is made
+        # (it used to build the cable tuples first and passed 20 GB)
+        (["solve", "--topology", "fully_connected", "--topo-arg", "n=100000"], "9999900000 links"),
+        (["bounds", "--topology", "ring", "--topo-arg", "n=6000000"], "12000000 links"),
         # tau = 1e-9 us against 2.5 us chunk transfers: 2.5e9 slots per hop, 1.4e11 link-slots
         (["bounds", "--topology", "ring", "--tau-rule", "explicit", "--tau-us", "1e-9"], "link-slots"),
         (["solve", "--topology", "ring", "--tau-rule", "explicit", "--tau-us", "1e-9"], "link-slots"),

@@ -131,6 +131,14 @@ def _link_params(bandwidth_GBps: object, alpha_us: object, where: str) -> tuple[
     )
 
 
+def _guard(where: str, num_nodes: int, num_links: int) -> None:
+    """Refuse a topology over the memory budget from its node and link counts, before any of
+    its link lists exists (``fully_connected`` with n = 100,000 would build 10^10 of them)."""
+    from ccplan.limits import estimate_topology
+
+    estimate_topology(where, num_nodes, num_links).check()
+
+
 def _dedupe_pairs(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Unordered pairs without repeats, in first-seen order.
 
@@ -189,6 +197,7 @@ def ndv2(chassis: int = 2) -> Topology:
     """
     where = "ndv2"
     k = _check_int(chassis, "chassis", 1, where)
+    _guard(where, GPUS_PER_DGX1 * k + 1, (2 * len(_dgx1_cables()) + 2) * k)
     cables: list[Edge] = []
     for c in range(k):
         cables.extend(_dgx1_cables(GPUS_PER_DGX1 * c))
@@ -229,6 +238,7 @@ def dgx2(chassis: int = 2) -> Topology:
     """
     where = "dgx2"
     k = _check_int(chassis, "chassis", 1, where)
+    _guard(where, (GPUS_PER_DGX2 + 1) * k, (2 * GPUS_PER_DGX2 + GPUS_PER_DGX2 // 2) * k)
     n_gpus = GPUS_PER_DGX2 * k
     cables: list[Edge] = []
     directed: list[Edge] = []
@@ -272,6 +282,7 @@ def amd(chassis: int = 1) -> Topology:
     """
     where = "amd"
     k = _check_int(chassis, "chassis", 1, where)
+    _guard(where, 24 * k + 1, (2 * len(AMD_XGMI_PAIRS) + 2 * 24) * k)
     n_gpus = GCDS_PER_AMD_CHASSIS * k
     cables: list[Edge] = []
     for c in range(k):
@@ -309,6 +320,7 @@ def ring(
     """
     where = "ring"
     size = _check_int(n, "n", 2, where)
+    _guard(where, size, 2 * size)
     both = _check_bool(bidirectional, "bidirectional", where)
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     pairs = [(i, (i + 1) % size) for i in range(size)]
@@ -325,6 +337,7 @@ def line(n: int = 4, bandwidth_GBps: float = 50.0, alpha_us: float = ALPHA_NVLIN
     """Chain of n GPUs: GPU i <-> i+1 for i < n-1 (2(n-1) links)."""
     where = "line"
     size = _check_int(n, "n", 2, where)
+    _guard(where, size, 2 * size)
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     cables = [(i, i + 1, bw, alpha) for i in range(size - 1)]
     return make_topology(f"line-{size}", gpus=range(size), duplex_links=cables,
@@ -335,6 +348,7 @@ def fully_connected(n: int = 4, bandwidth_GBps: float = 50.0, alpha_us: float = 
     """Every pair of n GPUs joined both ways (n(n-1) links)."""
     where = "fully_connected"
     size = _check_int(n, "n", 2, where)
+    _guard(where, size, size * (size - 1))
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     cables = [(a, b, bw, alpha) for a in range(size) for b in range(a + 1, size)]
     return make_topology(f"fully-connected-{size}", gpus=range(size), duplex_links=cables,
@@ -368,6 +382,8 @@ def torus2d(
     cable per pair (no doubled wrap link), a dimension of 1 none.
     """
     where = "torus2d"
+    cells = _check_int(rows, "rows", 1, where) * _check_int(cols, "cols", 1, where)
+    _guard(where, cells, 4 * cells)
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     pairs = _grid(rows, cols, True, where)
     return make_topology(f"torus2d-{rows}x{cols}", gpus=range(rows * cols),
@@ -384,6 +400,8 @@ def mesh2d(
     GPU of a row is not joined to the first GPU of the next row.
     """
     where = "mesh2d"
+    cells = _check_int(rows, "rows", 1, where) * _check_int(cols, "cols", 1, where)
+    _guard(where, cells, 4 * cells)
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     pairs = _grid(rows, cols, False, where)
     return make_topology(f"mesh2d-{rows}x{cols}", gpus=range(rows * cols),
@@ -395,6 +413,7 @@ def star_switch(n: int = 8, bandwidth_GBps: float = 50.0, alpha_us: float = ALPH
     """n GPUs (ids 0..n-1) around one switch (id n), each GPU <-> switch (2n links)."""
     where = "star_switch"
     size = _check_int(n, "n", 2, where)
+    _guard(where, size + 1, 2 * size)
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     cables = [(g, size, bw, alpha) for g in range(size)]
     return make_topology(f"star-switch-{size}", gpus=range(size), switches=[size], duplex_links=cables,
@@ -434,6 +453,7 @@ def leaf_spine(
     n_leaves = _check_int(leaves, "leaves", 1, where)
     per_leaf = _check_int(gpus_per_leaf, "gpus_per_leaf", 1, where)
     n_spines = _check_int(spines, "spines", 1, where)
+    _guard(where, n_leaves * (per_leaf + 1) + n_spines, 2 * n_leaves * (per_leaf + n_spines))
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     up_bw = _check_positive(uplink_GBps, "uplink_GBps", where)
     up_alpha = _check_nonneg(uplink_alpha_us, "uplink_alpha_us", where)
@@ -483,6 +503,7 @@ def fat_tree(
         raise ValidationError(f"{where}: parameter 'k' must be even, got {radix}")
     bw, alpha = _link_params(bandwidth_GBps, alpha_us, where)
     half = radix // 2
+    _guard(where, radix * half * half + radix * radix + half * half, 6 * radix * half * half)
     n_gpus = radix * half * half
     edge0 = n_gpus
     agg0 = edge0 + radix * half
