@@ -248,7 +248,9 @@ def test_ctrl_c_during_search_returns_the_incumbent() -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, err
-    assert stopped < 5
+    # a few seconds: stop_search, then reading and verifying the incumbent (5.3 s seen on a
+    # 2-core machine with other jobs running)
+    assert stopped < 10
     result = json.loads(next(x for x in rest.splitlines() if x.startswith("RESULT "))[7:])
     assert result["interrupted"] is True and result["ok"] is True
     assert result["status"] == "feasible"
