@@ -299,3 +299,52 @@ def test_cut_through_never_slower_than_store_and_forward_twin() -> None:
     assert verify(ct, out).ok and verify(ct, out).makespan_slots == 2
     with pytest.raises(ValidationError, match="needs a valid schedule"):
         retime(ct, Schedule.of([Send(slot=0, chunk=(0, 0), src=0, dst=3)]))
+
+
+def test_msccl_export_of_cut_through_schedules() -> None:
+    """A cut-through schedule exports to MSCCL XML that the independent XML validator replays
+    to the AllGather postcondition: the 3-star's proven optimum (each relay through the switch
+    becomes one GPU-to-GPU transfer, the copy that passes the switch in the send's slot) and a
+    re-timed heuristic schedule on one DGX2 chassis."""
+    from ccplan.export.msccl import to_msccl_xml
+    from ccplan.export.xml_validate import validate_xml
+    from ccplan.instances.builtin import dgx2
+
+    star = _star(3, CT)
+    two = Schedule.of([((0, 0), 0, 3, 0), ((0, 0), 3, 1, 1), ((0, 0), 3, 2, 1),
+                       ((1, 0), 1, 3, 0), ((1, 0), 3, 0, 1), ((1, 0), 1, 3, 1), ((1, 0), 3, 2, 2),
+                       ((2, 0), 2, 3, 0), ((2, 0), 3, 0, 2), ((2, 0), 2, 3, 1), ((2, 0), 3, 1, 2)])
+    topo = dgx2(1)
+    chassis = make_instance(topo, make_collective("allgather", topo, chunks=2), "64MB", switch_model=CT)
+    heuristic = solve(chassis, "mteg").schedule
+    assert heuristic is not None
+    for inst, sched in ((star, two), (chassis, heuristic)):
+        assert verify(inst, sched).ok
+        report = validate_xml(to_msccl_xml(inst, sched), expect=inst)
+        assert report.ok, [str(e) for e in report.errors[:3]]
+        assert report.stats["transfers"] == len(inst.collective.demands)
+
+
+def test_cli_switch_model_and_alpha_cap(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`solve --switch-model cut-through` on the 3-star prints the proven 2 slots and writes a
+    schedule whose instance carries the option; `--alpha-cap` reaches the instance; a bad value
+    is one line and exit 2."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "s.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "ccplan.cli", "solve", "--topology", "star_switch", "--topo-arg", "n=3",
+         "--size", "750MB", "--method", "mteg", "--switch-model", "cut-through", "--alpha-cap", "200",
+         "--out", str(out)],
+        capture_output=True, text=True, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "makespan     2 slots" in run.stdout
+    data = json.loads(out.read_text())
+    assert data["instance"]["switch_model"] == CT and data["instance"]["alpha_cap"] == 200
+    bad = subprocess.run(
+        [sys.executable, "-m", "ccplan.cli", "solve", "--topology", "star_switch", "--switch-model", "wormhole"],
+        capture_output=True, text=True, check=False,
+    )
+    assert bad.returncode == 2 and "--switch-model" in bad.stderr
