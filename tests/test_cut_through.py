@@ -344,7 +344,8 @@ def test_cli_switch_model_and_alpha_cap(tmp_path) -> None:  # type: ignore[no-un
     data = json.loads(out.read_text())
     assert data["instance"]["switch_model"] == CT and data["instance"]["alpha_cap"] == 200
     bad = subprocess.run(
-        [sys.executable, "-m", "ccplan.cli", "solve", "--topology", "star_switch", "--switch-model", "wormhole"],
+        [sys.executable, "-m", "ccplan.cli", "solve", "--topology", "star_switch",
+         "--switch-model", "wormhole"],
         capture_output=True, text=True, check=False,
     )
     assert bad.returncode == 2 and "--switch-model" in bad.stderr
