@@ -349,3 +349,18 @@ def test_cli_switch_model_and_alpha_cap(tmp_path) -> None:  # type: ignore[no-un
         capture_output=True, text=True, check=False,
     )
     assert bad.returncode == 2 and "--switch-model" in bad.stderr
+
+
+@pytest.mark.parametrize("method", ["mteg", "layered", "ring"])
+def test_single_port_cut_through_star(method: str) -> None:
+    """Single-port star of 4 under cut-through: all 12 deliveries leave the switch, which sends
+    one chunk per slot (its port), in slots >= 1 (nothing reaches it before), so the last one
+    lands at >= 12 (delta = 0): D >= 12. Each heuristic, re-timed, verifies and reaches 12 (a
+    GPU resends its own chunk while the switch serves the others). The bounds ignore
+    single-port (still valid, weaker)."""
+    topo = star_switch(4, 50.0, 0.0)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=1), "1GB",
+                         switch_model=CT, single_port=True)
+    res = solve(inst, method, SolveOptions(time_limit=5))
+    assert res.verified and res.makespan_slots == 12
+    assert lower_bound_slots(inst) <= 12
