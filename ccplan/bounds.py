@@ -6,8 +6,10 @@ in slots ``t .. t+l-1``, and the chunk is usable at ``x`` from ``t + L``; at mos
 occupy a link per slot). The slot bounds are used by :func:`ccplan.methods.solve` to report a gap
 and by the exact engine to stop early.
 
-Notation: link ``e = (u, x)`` has occupancy ``l_e``, latency ``L_e = delta_e + l_e`` (slots),
-capacity ``omega`` (``instance.capacity``); ``dist(a, b)`` is the shortest-path distance with link
+Notation: link ``e = (u, x)`` has occupancy ``l_e``, latency ``L_e = delta_e + l_e`` (slots;
+``delta_e`` alone for a cut-through hop, ``instance.latency``), capacity ``omega_e``
+(``instance.link_capacity``: more than one chunk per slot when tau exceeds the link's transfer
+time); ``dist(a, b)`` is the shortest-path distance with link
 weights ``L_e`` (the earliest slot at which anything sent from ``a`` at slot 0 can be usable at
 ``b``). For a destination ``v``, ``K_v`` is the set of chunks ``v`` must end with and does not hold
 at slot 0 (:attr:`Collective.demands`). ``D`` is the makespan.
@@ -71,9 +73,22 @@ the greedy earliest-fit count of ``l_e``-slot intervals that avoid the outage sl
 maximum (greedy stays ahead). The latency bound ignores outages (still valid, possibly weaker).
 ``single_port`` is ignored (valid: it only removes schedules).
 
+*Cut-through switches* (``switch_model == "cut-through"``; a switch holds nothing, forwards a
+chunk in the slot it arrives and its hop into a GPU costs ``delta``). All three slot bounds stay
+valid with ``L_e`` the cut-through latency: a delivered chunk still travels a path of sends
+each adding ``L_e``; ingress still counts sends into ``v``; for the flow, the chain of sends
+that brings a chunk to ``v`` (traced back through the one arrival at each switch in the slot it
+forwards) may now visit a switch twice, which is a walk rather than a simple path, and a walk
+still gives a unit of flow through the same links; the windows hold because a switch forwards
+no earlier than the chunk's arrival. The tests check them against exact optima of small random
+instances with switches, under both models.
+
 The microsecond bounds
 ----------------------
-``latency_us`` is the same shortest path with link weights ``alpha_e + mu / B_e``; ``cut_us`` is the
+``latency_us`` is the same shortest path with link weights ``alpha_e + mu / B_e`` (under
+cut-through a hop out of a switch weighs ``alpha_e``: its last byte leaves no earlier than the
+last byte came in; the cut windows below then also weigh hops into a switch ``alpha_e``, the
+earliest first byte); ``cut_us`` is the
 same per-destination flow (and the same set cuts) in continuous time with fractional
 capacities: a link delivers at most
 ``omega * B_e * max(0, T - e_v(u) - alpha_e - dist(x, v))`` bytes of useful data by time ``T`` (sends
@@ -236,6 +251,9 @@ class _Movement:
     transfer_us: np.ndarray
     omega: int
     outages: dict[int, list[int]]
+    omega_links: np.ndarray  # per-link slot capacity (instance.link_capacity)
+    tail_us: np.ndarray  # per-link weight of the continuous latency bound (last byte)
+    head_us: np.ndarray  # per-link weight of the continuous cut windows (first byte)
     holders: tuple[tuple[int, ...], ...]
     needs: dict[int, tuple[int, ...]]
     names: tuple[int, ...]
@@ -297,6 +315,17 @@ def _reversed_movement(instance: Instance) -> _Movement:
 def _movement_of_links(instance: Instance) -> _Movement:
     topo = instance.topology
     index = topo.node_index
+    alpha = np.asarray(topo.alpha, dtype=float)
+    transfer = np.asarray(instance.transfer_us, dtype=float)
+    # Cut-through (docs/model.md): a bufferless switch streams a chunk out as it comes in, so
+    # the last byte leaves it no earlier than it arrived (tail: the hop out costs its alpha)
+    # and the first byte may leave as soon as the first byte arrived (head: the hop in costs
+    # its alpha too). Store-and-forward: every hop costs alpha + mu / B.
+    switches = instance.bufferless
+    out_of = np.array([lk.src in switches for lk in topo.links], dtype=bool)
+    into = np.array([lk.dst in switches for lk in topo.links], dtype=bool)
+    tail_us = alpha + np.where(out_of, 0.0, transfer)
+    head_us = alpha + np.where(out_of | into, 0.0, transfer)
     return _Movement(
         n=topo.num_nodes,
         src=np.array([index[lk.src] for lk in topo.links], dtype=np.int64),
@@ -307,6 +336,9 @@ def _movement_of_links(instance: Instance) -> _Movement:
         transfer_us=np.asarray(instance.transfer_us, dtype=float),
         omega=instance.capacity,
         outages=_outage_table(instance),
+        omega_links=np.asarray(instance.link_capacity, dtype=np.int64),
+        tail_us=tail_us,
+        head_us=head_us,
         holders=(),
         needs={},
         names=topo.node_ids,
@@ -365,7 +397,7 @@ class _SlotCapacity:
         for link, slots in self.prob.outages.items():
             if ok[link]:
                 out[link] = _greedy_count(int(lo[link]), int(hi[link]), int(self.prob.occ[link]), slots)
-        return out * self.prob.omega
+        return out * self.prob.omega_links
 
 
 def _greedy_count(lo: int, hi: int, occ: int, outages: Sequence[int]) -> int:
@@ -874,10 +906,13 @@ def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
 def _continuous_of(prob: _Movement, windows: bool) -> tuple[float, float]:
     if not prob.needs:
         return 0.0, 0.0
-    dist_us = _distances(prob, prob.alpha_us + prob.transfer_us)
+    dist_us = _distances(prob, prob.tail_us)
     hdist_us = _holder_distances(prob, dist_us)
     _check_reachable(prob, hdist_us)
     latency_us = float(max(hdist_us[list(cs), v].max() for v, cs in prob.needs.items()))
+    if not np.array_equal(prob.head_us, prob.tail_us):
+        dist_us = _distances(prob, prob.head_us)
+        hdist_us = _holder_distances(prob, dist_us)
     return latency_us, _continuous_cut(prob, windows, dist_us, hdist_us)
 
 

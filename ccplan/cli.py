@@ -100,6 +100,8 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
         tau_us=args.tau_us,
         alpha_threshold=args.alpha_threshold,
         single_port=args.single_port,
+        switch_model=getattr(args, "switch_model", "store-and-forward"),
+        alpha_cap=getattr(args, "alpha_cap", None),
     )
 
 
@@ -163,6 +165,17 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         help="alpha/tau at or below this counts as 0 slots (default 0.1, as TE-CCL)",
     )
     g.add_argument("--single-port", action="store_true", help="one send and one receive per node per slot")
+    g.add_argument(
+        "--switch-model",
+        default="store-and-forward",
+        choices=["store-and-forward", "cut-through"],
+        help="switches store and forward (paper, default) or cut through without a buffer (TE-CCL)",
+    )
+    g.add_argument(
+        "--alpha-cap",
+        type=_positive_float,
+        help="TE-CCL's alpha cap: raise tau to min alpha / CAP when shorter (TE-CCL uses 200)",
+    )
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -525,6 +538,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     sim = simulate(instance, schedule, reduce_cost_us_per_byte=args.reduce_cost)
     print(f"instance    {instance.describe()}")
     print(f"completion  {sim.completion_us:.6g} us (alpha-beta, continuous time)")
+    if sim.slotted_us is not None:
+        print(f"slotted     {sim.slotted_us:.6g} us (makespan * tau; rounding {sim.rounding_us:+.6g} us)")
     print(f"algbw       {_fmt(sim.algbw_GBps)} GB/s")
     return EXIT_OK
 

@@ -242,7 +242,7 @@ def horizon_lower_bound(instance: Instance) -> int:
         if not links:
             continue  # unreachable: the instance's own check reports it
         hop = int(min(latency[j] for j in links))
-        rate = sum(instance.capacity / int(occupancy[j]) for j in links)
+        rate = sum(int(instance.link_capacity[j]) / int(occupancy[j]) for j in links)
         best = max(best, hop, math.ceil(k / rate - 1e-9))
     return best
 

@@ -251,11 +251,29 @@ def get_engine(name: str) -> Engine:
     if name not in _ENGINES and name in METHOD_MODULES:
         importlib.import_module(METHOD_MODULES[name])
     try:
-        return _ENGINES[name]
+        engine = _ENGINES[name]
     except KeyError:
         raise ValidationError(
             f"method {name!r} is unknown (choose from {', '.join(method_names())})"
         ) from None
+    return _cut_through_aware(name, engine)
+
+
+def _cut_through_aware(name: str, engine: Engine) -> Engine:
+    """``engine`` for any switch model: an engine that schedules switches as store-and-forward
+    nodes is run on the store-and-forward twin of a cut-through instance and its schedule
+    re-timed (:mod:`ccplan.heuristics.cut_through`), in this one place for every heuristic."""
+
+    def run(instance: Instance, options: SolveOptions) -> Outcome:
+        if not instance.bufferless:
+            return engine(instance, options)
+        from ccplan.heuristics.cut_through import CUT_THROUGH_NATIVE, solve_on_twin
+
+        if name in CUT_THROUGH_NATIVE:
+            return engine(instance, options)
+        return solve_on_twin(engine, instance, options)  # type: ignore[no-any-return]
+
+    return run
 
 
 def solve(instance: Instance, method: str, options: SolveOptions | None = None) -> Result:

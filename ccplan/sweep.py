@@ -424,6 +424,8 @@ class SweepConfig:
     alpha_cap_ratio : float, optional
         TE-CCL's cap: when ``min alpha / tau`` exceeds this ratio, the slot is lengthened to
         ``min alpha / ratio`` (TE-CCL uses 200). None (default) keeps the paper's tau.
+    switch_model : str
+        ``store-and-forward`` (default) or ``cut-through`` (TE-CCL's switch, docs/model.md).
     processes : int
         Local worker processes.
     simulate : bool
@@ -444,6 +446,7 @@ class SweepConfig:
     tau_rule: str = "fastest"
     alpha_threshold: float = 0.1
     alpha_cap_ratio: float | None = None
+    switch_model: str = "store-and-forward"
     processes: int = 2
     simulate: bool = True
     imports: tuple[str, ...] = ()
@@ -497,7 +500,8 @@ class SweepConfig:
             if key not in data:
                 raise ValidationError(f"{where}: missing [[{key}]] tables")
         inst = data.get("instance", {})
-        _where_keys(inst, {"tau_rule", "alpha_threshold", "alpha_cap_ratio"}, f"{where}.instance")
+        instance_keys = {"tau_rule", "alpha_threshold", "alpha_cap_ratio", "switch_model"}
+        _where_keys(inst, instance_keys, f"{where}.instance")
         run = data.get("run", {})
         _where_keys(run, {"processes", "simulate", "imports", "out"}, f"{where}.run")
         topologies = data["topology"] if isinstance(data["topology"], list) else [data["topology"]]
@@ -517,6 +521,7 @@ class SweepConfig:
             tau_rule=inst.get("tau_rule", "fastest"),
             alpha_threshold=float(inst.get("alpha_threshold", 0.1)),
             alpha_cap_ratio=inst.get("alpha_cap_ratio"),
+            switch_model=inst.get("switch_model", "store-and-forward"),
             processes=run.get("processes", 2),
             simulate=bool(run.get("simulate", True)),
             imports=tuple(_str_list(run["imports"], f"{where}.run.imports")) if run.get("imports") else (),
@@ -562,6 +567,7 @@ class Cell:
     tau_rule: str
     alpha_threshold: float
     alpha_cap_ratio: float | None
+    switch_model: str = "store-and-forward"
 
     @property
     def key(self) -> str:
@@ -576,6 +582,8 @@ class Cell:
             "alpha_threshold": self.alpha_threshold,
             "alpha_cap_ratio": self.alpha_cap_ratio,
         }
+        if self.switch_model != "store-and-forward":
+            ident["switch_model"] = self.switch_model  # keys of default cells stay as they were
         digest = hashlib.sha1(_canonical(ident).encode()).hexdigest()[:10]
         return (
             f"{self.topology.label}|{self.collective.label}|{self.size}|C{self.chunks}|"
@@ -606,6 +614,7 @@ class Cell:
             "tau_rule": m.tau_rule or self.tau_rule,
             "alpha_threshold": self.alpha_threshold,
             "alpha_cap_ratio": self.alpha_cap_ratio,
+            "switch_model": self.switch_model,
             "simulate": simulate,
             "imports": list(imports),
         }
@@ -642,6 +651,7 @@ def cells_of(config: SweepConfig) -> list[Cell]:
                                 config.tau_rule,
                                 config.alpha_threshold,
                                 config.alpha_cap_ratio,
+                                config.switch_model,
                             )
                         )
     keys = [c.key for c in out]
@@ -661,8 +671,10 @@ def _build_instance(payload: Mapping[str, Any]) -> Any:
 
     topo = resolve_topology(payload["topology_name"], **payload["topology_params"])
     coll = make_collective(payload["collective"], topo, chunks=payload["chunks"], root=payload["root"])
+    switch_model = payload.get("switch_model", "store-and-forward")
     inst = make_instance(
-        topo, coll, payload["size"], tau_rule=payload["tau_rule"], alpha_threshold=payload["alpha_threshold"]
+        topo, coll, payload["size"], tau_rule=payload["tau_rule"], alpha_threshold=payload["alpha_threshold"],
+        switch_model=switch_model,
     )
     cap = payload.get("alpha_cap_ratio")
     alphas = [a for a in topo.alpha if a > 0]
@@ -675,6 +687,7 @@ def _build_instance(payload: Mapping[str, Any]) -> Any:
             tau_rule="explicit",
             tau_us=min(alphas) / cap,
             alpha_threshold=payload["alpha_threshold"],
+            switch_model=switch_model,
         )
     return inst
 

@@ -178,6 +178,7 @@ def random_instances(
     allow_outages: bool = True,
     allow_single_port: bool = True,
     alpha_threshold: float | None = None,
+    switch_models: tuple[str, ...] = ("store-and-forward",),
 ) -> Instance:
     """Random small data-movement instances covering every option of the slot model."""
     topo = draw(random_topologies(max_gpus=max_gpus))
@@ -202,4 +203,5 @@ def random_instances(
         single_port=allow_single_port and draw(st.booleans()),
         capacity=draw(st.sampled_from((1, 2))) if allow_capacity else 1,
         outages=outages,
+        switch_model=draw(st.sampled_from(switch_models)),
     )

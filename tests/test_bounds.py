@@ -302,7 +302,8 @@ def _brute_force_cut(inst: Instance) -> int:
     """The windowed cut bound by enumerating every node set (no max-flow), without outages.
 
     Uses networkx Dijkstra for distances and the capacity formula
-    omega * (floor((D - L_e - dist(x, v) - e_v(u)) / l_e) + 1) (0 if negative), plus the set
+    omega_e * (floor((D - L_e - dist(x, v) - e_v(u)) / l_e) + 1) (0 if negative; omega_e the
+    link's chunks per slot, ``instance.link_capacity``), plus the set
     cuts on singletons and bandwidth clusters, exactly as defined in the ccplan.bounds docstring.
     """
     topo = inst.topology
@@ -320,12 +321,12 @@ def _brute_force_cut(inst: Instance) -> int:
     for c, v in coll.demands:
         needs.setdefault(v, []).append(c)
     nodes = topo.node_ids
-    omega = inst.capacity
+    omega = [int(x) for x in inst.link_capacity]
 
     def cap(i: int, lo: float, hi: float) -> int:
         if not (math.isfinite(lo) and math.isfinite(hi)) or hi < max(lo, 0):
             return 0
-        return omega * (int(hi - max(lo, 0)) // int(inst.occupancy[i]) + 1)
+        return omega[i] * (int(hi - max(lo, 0)) // int(inst.occupancy[i]) + 1)
 
     def feasible(D: int) -> bool:
         for v, cs in needs.items():

@@ -104,10 +104,12 @@ def test_bad_link_and_unmet_demand_are_rejected() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_instances(allow_capacity=False, alpha_threshold=0.0))
 def test_replay_properties(inst: Instance) -> None:
-    """For a valid schedule with omega = 1 and alpha_threshold = 0 (so delta tau >= alpha and
-    l tau >= mu/B): every send starts by slot * tau (induction in the simulate docstring), so the
-    completion is <= makespan * tau; every send lasts alpha + mu/B; sends on one link start at
-    least mu/B apart; and the completion is >= the microsecond lower bound."""
+    """For a valid schedule with capacity = 1 and alpha_threshold = 0 (so delta tau >= alpha and
+    l tau >= mu/B): every send starts by slot * tau plus (omega_e - 1) transfers of its link
+    (omega_e > 1 only on a link faster than the slot, which serves its slot's chunks in turn;
+    induction in the simulate docstring) and is usable by (slot + L) tau, so the completion is
+    <= makespan * tau; every send lasts alpha + mu/B; sends on one link start at least mu/B
+    apart; and the completion is >= the microsecond lower bound."""
     sched = greedy_schedule(inst)
     report = verify(inst, sched)
     assert report.ok
@@ -121,7 +123,9 @@ def test_replay_properties(inst: Instance) -> None:
     for s, start, finish in zip(sched.sends, res.start_us, res.finish_us, strict=True):
         e = index[(s.src, s.dst)]
         tr = float(inst.transfer_us[e])
-        assert start <= s.slot * tau * (1 + 1e-9) + 1e-9
+        omega = int(inst.link_capacity[e])
+        assert start <= (s.slot * tau + (omega - 1) * tr) * (1 + 1e-9) + 1e-9
+        assert finish <= (s.slot + int(inst.latency[e])) * tau * (1 + 1e-9) + 1e-9
         assert finish - start == pytest.approx(float(inst.topology.alpha[e]) + tr)
         if e in last_start:
             assert start - last_start[e] >= tr * (1 - 1e-9)

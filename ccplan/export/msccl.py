@@ -525,6 +525,9 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
         bundle: tuple[Part, ...]
         if src_switch:
             usable = [f for f in feed[(send.src, send.chunk)] if f[0] <= send.slot]
+            if send.src in instance.bufferless:
+                # a cut-through switch forwards the copy that passes it in this very slot
+                usable = [f for f in usable if f[0] == send.slot]
             if not usable:
                 raise ValidationError(
                     f"schedule: {send.describe()} leaves switch {send.src} before the chunk reaches it"

@@ -283,7 +283,9 @@ class Reservations:
         total = self.num_links + (2 * len(nodes) if self.single_port else 0)
         self._next: list[dict[int, int]] = [{} for _ in range(total)]
         self._count: list[dict[int, int]] = [{} for _ in range(total)]
-        self._cap: list[int] = [self.capacity] * self.num_links + [1] * (total - self.num_links)
+        # per-link omega from the one helper (more than one chunk per slot on a link faster
+        # than the slot); ports hold one
+        self._cap: list[int] = [int(c) for c in instance.link_capacity] + [1] * (total - self.num_links)
         self._zero: list[set[int]] = [set() for _ in range(total)]
         self._full: list[list[int]] = [[] for _ in range(total)]
         for link, slot in sorted(instance.outage_set):
@@ -379,7 +381,7 @@ class Reservations:
         """How many more chunks may start on ``link`` in slot ``t`` (0 when it cannot)."""
         if not self.is_free(link, t):
             return 0
-        units = self.capacity
+        units = self._cap[link]
         for k in range(self.occ[link]):
             for r in self._res_of_link[link]:
                 units = min(units, self._cap[r] - self._count[r].get(t + k, 0))

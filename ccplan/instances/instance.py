@@ -9,7 +9,14 @@ and the simulator):
   propagation slots (0 when ``alpha / tau <= alpha_threshold``), ``L = delta + l``;
 - a send ``(chunk, u -> v, t)`` occupies the link in slots ``t .. t+l-1`` and the chunk is
   usable at ``v`` from slot ``t + L``;
-- capacity ``omega[(u, v), t]``: 1 by default, 0 for an outage.
+- capacity ``omega[(u, v), t]``: ``capacity * max(1, floor(B tau / mu))`` by default (one
+  chunk per slot when tau is the link's own transfer time or shorter; TE-CCL's multi-chunk
+  slot when tau is longer, e.g. from the slowest link), 0 for an outage;
+- switch model: ``store-and-forward`` (the paper's, default: a switch is a node like any
+  other) or ``cut-through`` (TE-CCL's: a switch holds nothing, forwards a chunk in the slot it
+  arrives, and a hop from a switch into a GPU costs only its ``delta``); see docs/model.md;
+- alpha cap (TE-CCL's, optional): ``tau`` is raised to ``min alpha / alpha_cap`` when the
+  rule gives a shorter slot, so kilobyte messages get a tractable slot count.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -30,6 +37,12 @@ from ccplan.instances.topology import Topology, check_keys
 _EPS = 1e-9
 
 TAU_RULES: tuple[str, ...] = ("fastest", "slowest", "explicit")
+
+SWITCH_MODELS: tuple[str, ...] = ("store-and-forward", "cut-through")
+"""Switch semantics: the paper's node-like switch (default) and TE-CCL's bufferless one."""
+
+TECCL_ALPHA_CAP = 200.0
+"""TE-CCL's ``alpha_epoch_duration_ratio_max``: the largest ``min alpha / tau`` it accepts."""
 
 _SIZE_UNITS = {
     "": 1,
@@ -108,9 +121,16 @@ class Instance:
     single_port : bool
         At most one send and one receive per node per slot (the model of ``001_*.txt``).
     capacity : int
-        Default ``omega``: chunks that may occupy a link in one slot.
+        Multiplier of the per-link default ``omega`` (:attr:`link_capacity`): parallel
+        channels per link; 1 gives the paper's (7) on the fastest links.
     outages : tuple of (src, dst, slot)
         Slots in which a link has ``omega = 0`` (an outage or a reserved slot).
+    switch_model : {"store-and-forward", "cut-through"}
+        How switch nodes forward (module docstring, docs/model.md). ``cut-through`` is
+        defined for data-movement collectives only.
+    alpha_cap : float, optional
+        TE-CCL's alpha cap: when ``min alpha / tau`` exceeds it, ``tau = min alpha / alpha_cap``
+        (TE-CCL uses 200, :data:`TECCL_ALPHA_CAP`). Not applied to an explicit ``tau``.
     """
 
     topology: Topology
@@ -122,6 +142,8 @@ class Instance:
     single_port: bool = False
     capacity: int = 1
     outages: tuple[tuple[int, int, int], ...] = field(default=())
+    switch_model: str = "store-and-forward"
+    alpha_cap: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topology, Topology):
@@ -160,6 +182,21 @@ class Instance:
             if t < 0:
                 raise ValidationError(f"outages: slot must be >= 0, got {t} on link {a}->{b}")
         object.__setattr__(self, "outages", outages)
+        if self.switch_model not in SWITCH_MODELS:
+            raise ValidationError(f"switch_model must be one of {SWITCH_MODELS}, got {self.switch_model!r}")
+        if self.switch_model == "cut-through" and self.collective.combining:
+            raise ValidationError(
+                f"switch_model 'cut-through' is defined for data-movement collectives, not "
+                f"{self.collective.kind!r} (a bufferless switch cannot hold a partial reduction)"
+            )
+        if self.alpha_cap is not None:
+            cap = self.alpha_cap
+            number = isinstance(cap, (int, float)) and not isinstance(cap, bool)
+            if not (number and math.isfinite(cap) and cap > 0):
+                raise ValidationError(f"alpha_cap must be a positive number, got {self.alpha_cap!r}")
+            if self.tau_rule == "explicit":
+                raise ValidationError("alpha_cap applies to tau_rule 'fastest' or 'slowest', not 'explicit'")
+            object.__setattr__(self, "alpha_cap", float(self.alpha_cap))
         self._check_slots()
         self._check_reachable()
 
@@ -258,9 +295,27 @@ class Instance:
             return float(self.tau_us_explicit)
         if self.topology.num_links == 0:
             raise ValidationError(f"topology {self.topology.name!r} has no links")
-        if self.tau_rule == "fastest":
-            return float(self.transfer_us.min())
-        return float(self.transfer_us.max())
+        tau = float(self.transfer_us.min() if self.tau_rule == "fastest" else self.transfer_us.max())
+        return max(tau, self.capped_tau_floor_us)
+
+    @property
+    def uncapped_tau_us(self) -> float:
+        """The slot length the tau rule gives before the alpha cap (TE-CCL's "expected" tau)."""
+        if self.tau_rule == "explicit" or self.alpha_cap is None:
+            return self.tau_us
+        return float(self.transfer_us.min() if self.tau_rule == "fastest" else self.transfer_us.max())
+
+    @property
+    def capped_tau_floor_us(self) -> float:
+        """``min alpha / alpha_cap`` over links with a positive alpha (0 without a cap).
+
+        TE-CCL (``set_epoch_duration``) raises tau to this value when the rule gives a shorter
+        one, so that no link's alpha spans more than ``alpha_cap`` slots.
+        """
+        if self.alpha_cap is None or self.tau_rule == "explicit":
+            return 0.0
+        alphas = self.topology.alpha[self.topology.alpha > 0]
+        return float(alphas.min()) / self.alpha_cap if len(alphas) else 0.0
 
     @cached_property
     def occupancy(self) -> np.ndarray:
@@ -278,8 +333,50 @@ class Instance:
 
     @cached_property
     def latency(self) -> np.ndarray:
-        """Per-link ``L = delta + l``: a chunk sent in slot t is usable at the head from t+L."""
-        return self.delay + self.occupancy
+        """Per-link ``L``: a chunk sent in slot t is usable at the head from t+L.
+
+        ``L = delta + l``, except under ``cut-through`` on a link from a switch into a GPU,
+        where the transfer overlaps the previous hop's and ``L = delta`` (TE-CCL's
+        instantaneous switch-to-GPU hop; it may be 0).
+        """
+        lat = self.delay + self.occupancy
+        cut = self.cut_through_links
+        return np.where(cut, self.delay, lat)
+
+    @cached_property
+    def cut_through_links(self) -> np.ndarray:
+        """Boolean per link: a cut-through hop (switch into a non-switch node).
+
+        All False under ``store-and-forward``. Switch-to-switch hops keep their full ``L``
+        (as in TE-CCL), which also keeps every cycle of the topology at a positive latency.
+        """
+        topo = self.topology
+        if self.switch_model != "cut-through":
+            return np.zeros(topo.num_links, dtype=bool)
+        switches = set(topo.switches)
+        return np.array([lk.src in switches and lk.dst not in switches for lk in topo.links], dtype=bool)
+
+    @cached_property
+    def bufferless(self) -> frozenset[int]:
+        """Nodes that hold nothing: the switches under ``cut-through`` (else empty).
+
+        Such a node receives a chunk any number of times and forwards it only in a slot in
+        which it arrives.
+        """
+        if self.switch_model != "cut-through":
+            return frozenset()
+        return frozenset(self.topology.switches)
+
+    @cached_property
+    def link_capacity(self) -> np.ndarray:
+        """Per-link default ``omega``: ``capacity * max(1, floor(B tau / mu))``.
+
+        The one helper every engine, the verifier, the MILP's (7) and the bounds use. A link
+        that pushes a chunk in ``mu / B <= tau`` carries ``floor(tau B / mu)`` chunks per slot
+        (TE-CCL's ``floor(cap * tau)``); a slower link carries one, over ``l`` slots.
+        """
+        per_slot = np.floor(self.tau_us / self.transfer_us + _EPS).astype(np.int64)
+        return self.capacity * np.maximum(1, per_slot)
 
     @cached_property
     def outage_set(self) -> frozenset[tuple[int, int]]:
@@ -289,7 +386,7 @@ class Instance:
 
     def omega(self, link: int, slot: int) -> int:
         """Capacity of link (by index) in ``slot``: chunks that may occupy it at once."""
-        return 0 if (link, slot) in self.outage_set else self.capacity
+        return 0 if (link, slot) in self.outage_set else int(self.link_capacity[link])
 
     def slots_to_us(self, slots: float) -> float:
         """Convert a number of slots to microseconds."""
@@ -316,6 +413,11 @@ class Instance:
         }
         if self.tau_us_explicit is not None:
             out["tau_us"] = self.tau_us_explicit
+        # Written only when set, so files of the default model stay as they were.
+        if self.switch_model != "store-and-forward":
+            out["switch_model"] = self.switch_model
+        if self.alpha_cap is not None:
+            out["alpha_cap"] = self.alpha_cap
         return out
 
     @classmethod
@@ -333,6 +435,8 @@ class Instance:
             "single_port",
             "capacity",
             "outages",
+            "switch_model",
+            "alpha_cap",
         }
         check_keys(data, allowed, {"topology", "collective", "size_bytes"}, "instance")
         topology = Topology.from_dict(data["topology"])
@@ -350,7 +454,14 @@ class Instance:
             single_port=bool(data.get("single_port", False)),
             capacity=data.get("capacity", 1),
             outages=tuple(tuple(o) for o in outages),  # type: ignore[misc]
+            switch_model=data.get("switch_model", "store-and-forward"),
+            alpha_cap=data.get("alpha_cap"),
         )
+
+    def with_switch_model(self, switch_model: str) -> Instance:
+        """The same instance under another switch model (e.g. the store-and-forward twin a
+        heuristic solves before :mod:`ccplan.heuristics.cut_through` re-times it)."""
+        return replace(self, switch_model=switch_model)
 
     def describe(self) -> str:
         """One line naming the instance, for logs and tables."""
@@ -359,6 +470,7 @@ class Instance:
         return (
             f"{self.topology.name} {coll.kind}{root} size={format_size(self.size_bytes)} C={coll.chunks} "
             f"tau={self.tau_us:.6g}us"
+            + ("" if self.switch_model == "store-and-forward" else f" switch={self.switch_model}")
         )
 
 
@@ -373,6 +485,8 @@ def make_instance(
     single_port: bool = False,
     capacity: int = 1,
     outages: Iterable[tuple[int, int, int]] = (),
+    switch_model: str = "store-and-forward",
+    alpha_cap: float | None = None,
 ) -> Instance:
     """Build an :class:`Instance`, parsing ``size`` (``"1GB"`` or bytes)."""
     return Instance(
@@ -385,4 +499,6 @@ def make_instance(
         single_port=single_port,
         capacity=capacity,
         outages=tuple(outages),
+        switch_model=switch_model,
+        alpha_cap=alpha_cap,
     )

@@ -250,8 +250,13 @@ def greedy_schedule(instance: Instance) -> Schedule:
     the earliest slot where the sender holds the chunk and the link (and, with
     ``single_port``, both ports) is free over the whole occupancy window ``t .. t+l-1``
     against ``omega``. Every node receives a chunk at most once (tree), so the schedule
-    satisfies the canonical semantics; the engine still verifies it.
+    satisfies the canonical semantics; the engine still verifies it. Cut-through switches:
+    built on the store-and-forward twin and re-timed (:mod:`ccplan.heuristics.cut_through`).
     """
+    if instance.bufferless:
+        from ccplan.heuristics.cut_through import retime
+
+        return retime(instance, greedy_schedule(instance.with_switch_model("store-and-forward")))
     topo = instance.topology
     occ = instance.occupancy
     lat = instance.latency

@@ -73,6 +73,10 @@ PAPER_COMPONENTS: tuple[str, ...] = (
 SINGLE_PORT_COMPONENTS: tuple[str, ...] = ("single_port_send", "single_port_receive")
 """Extra rows of the ``single_port`` option (the one-send/one-receive model of ``001_*.txt``)."""
 
+CUT_THROUGH_COMPONENTS: tuple[str, ...] = ("c6_buffer_cut_through",)
+"""Rows that replace (6) at the switches under ``switch_model == "cut-through"`` (TE-CCL's
+bufferless switch; docs/model.md). The paper's (6) stays the default and keeps every other node."""
+
 CUT_COMPONENTS: tuple[str, ...] = ("cut_lower_bound", "cut_receive_once", "cut_arrival_by_send")
 """Valid redundant rows added with ``cuts=True``; NOT part of the paper (see docs/model.md)."""
 
@@ -86,6 +90,9 @@ _DOCS: dict[str, str] = {
     "of the send slot (typeset: y_{s,u,c,t} + sum x_{t-L} >= x_{t+1})",
     "c6_buffer": "(6) y_{s,v,c,t} = y_{s,v,c,t-1} + sum_{(u,v) in E, t-L>=0} x_{s,(u,v),c,t-L_(u,v)} "
     "(typeset with t-L-1; a chunk sent in slot t is usable from t+L)",
+    "c6_buffer_cut_through": "(6, cut-through variant) y_{s,w,c,t} = sum_{(u,w) in E, t-L>=0} "
+    "x_{s,(u,w),c,t-L_(u,w)} at a bufferless switch w: it holds a chunk only in a slot in which "
+    "the chunk arrives (no y_{t-1} term; TE-CCL's buffer = 0 with flow <= incoming)",
     "c7_capacity": "(7) sum_{s,c} sum_{t'=t-l+1..t} x_{s,(u,v),c,t'} <= omega_{(u,v),t}: chunks "
     "occupying a link in slot t (typeset per start slot; equal for l = 1)",
     "c8_receive": "(8) sum_{t=0..H} y_{s,v,c,t} >= 1 for every demand (chunk, v)",
@@ -397,21 +404,30 @@ def build_model(
     nnz += _install(m, c5)
 
     c6 = _Rows("c6_buffer", 4)
+    c6_cut = _Rows("c6_buffer_cut_through", 4)
+    bufferless = instance.bufferless
     for (chunk, v), (lo, hi) in plan.y_ranges.items():
+        passing = v in bufferless and v not in holders[chunk]
+        rows = c6_cut if passing else c6
         for t in range(max(lo, 1), hi + 1):
             terms: list[Term] = [(1, y[chunk[0], chunk[1], v, t])]
-            prev = yv(chunk, v, t - 1)
+            prev = None if passing else yv(chunk, v, t - 1)
             if prev is not None:
                 terms.append((-1, prev))
             terms.extend((-1, var) for var in inflow.get((chunk, v, t), ()))
-            c6.add((chunk[0], chunk[1], v, t), terms, 0, 0)
+            rows.add((chunk[0], chunk[1], v, t), terms, 0, 0)
     nnz += _install(m, c6)
+    if bufferless:
+        nnz += _install(m, c6_cut)
 
     # (7) as a sliding window over the occupancy l_e: a send started in t' occupies the link
     # in t' .. t'+l_e-1. Rows with no more terms than omega cannot bind and are left out.
+    # A send may start as late as H - L_e and occupies l_e slots; that ends before H except
+    # for a cut-through hop (L_e = delta_e < l_e), whose last slots are still rows of (7).
+    occupied_until = max([H] + [H - lat[e] + occ[e] for e in range(topo.num_links)])
     c7 = _Rows("c7_capacity", 2)
     for e in range(topo.num_links):
-        for t in range(0, H):
+        for t in range(0, occupied_until):
             terms = [
                 (1, var)
                 for q in range(max(0, t - occ[e] + 1), t + 1)
@@ -462,7 +478,7 @@ def build_model(
         recv = _Rows("single_port_receive", 2)
         for node in topo.node_ids:
             for rows, links in ((send, topo.out_links[node]), (recv, topo.in_links[node])):
-                for t in range(0, H):
+                for t in range(0, occupied_until):
                     terms = [
                         (1, var)
                         for e in links
@@ -596,8 +612,13 @@ def _contributing(instance: Instance, schedule: Schedule) -> list[Send]:
     forwarding: dict[Chunk, set[int]] = defaultdict(set)
     kept: list[Send] = []
     # A non-holder receives a chunk once and forwards it only later, so walking the sends
-    # backwards decides every send into w after all sends out of w.
-    for send in reversed(schedule.sends):
+    # backwards decides every send into w after all sends out of w. A cut-through switch may
+    # receive a chunk several times, each before it forwards it; its hop into a GPU may land
+    # in its own slot, so within a slot the switches' sends are walked last (the verifier's
+    # order reversed).
+    bufferless = instance.bufferless
+    ordered = sorted(schedule.sends, key=lambda s: (s.slot, s.src not in bufferless))
+    for send in reversed(ordered):
         if send.dst in demanders[send.chunk] or send.dst in forwarding[send.chunk]:
             kept.append(send)
             forwarding[send.chunk].add(send.src)
@@ -644,6 +665,7 @@ def hint_from_schedule(
     values = ComponentMap((var, 0) for var in model.component_data_objects(pyo.Var, descend_into=True))
 
     arrival: dict[tuple[Chunk, int], int] = {}
+    passing: dict[tuple[Chunk, int], set[int]] = defaultdict(set)  # cut-through switches
     for chunk, nodes in coll.holders.items():
         for v in nodes:
             arrival[(chunk, v)] = 0
@@ -656,9 +678,15 @@ def hint_from_schedule(
                 f"(horizon {H}, earliest/latest pruning of the sparse model)"
             )
         values[model.x[key]] = 1
-        arrival[(send.chunk, send.dst)] = send.slot + int(lat[e])
+        if send.dst in instance.bufferless and send.dst not in coll.holders[send.chunk]:
+            passing[(send.chunk, send.dst)].add(send.slot + int(lat[e]))
+        else:
+            arrival[(send.chunk, send.dst)] = send.slot + int(lat[e])
 
     for (s, c, v, t), var in model.y.items():
+        if ((s, c), v) in passing:
+            values[var] = int(t in passing[((s, c), v)])
+            continue
         at = arrival.get(((s, c), v))
         values[var] = int(at is not None and at <= t)
     for (s, c, v, t), var in model.z.items():

@@ -14,14 +14,25 @@ section 4.1), keeping the schedule's order but dropping its slot grid:
   the first copy suffices; for combining ones (reduce sends) the sender waits for all of them,
   since the chunk it forwards must include every contribution the slotted schedule counted;
 - a send with ``reduce=True`` costs the receiver ``reduce_cost_us_per_byte * mu`` more;
+- a send out of a cut-through switch (``switch_model == "cut-through"``) streams the bytes as
+  they come in: it depends on the one receive of the chunk at the switch in the send's slot,
+  starts once that receive's first byte is there (its start plus its alpha) and the link is
+  free, and ends no earlier than that receive's last byte (``max(begin + mu/B, tail)``), plus
+  the link's alpha;
 - completion is the latest arrival over the collective's demands.
 
-What is not modelled: ``omega > 1`` (a link serves one chunk at a time, at full bandwidth),
+The result also carries the slotted time ``D * tau`` of the same schedule, so
+``rounding_us = slotted_us - completion_us`` is what the slot grid (and, with an alpha cap,
+the longer slot) costs or saves against continuous time.
+
+What is not modelled: several chunks at once on one link (a link serves one chunk at a time,
+at full bandwidth; a slot that holds ``omega > 1`` chunks of a fast link is served in turn),
 single-port limits and outages (they constrain the slotted schedule, which this replays).
-For a valid schedule with ``capacity == 1`` and ``alpha_threshold == 0`` every send starts no
-later than ``slot * tau`` (by induction over the schedule: its chunk arrived by ``(r + L) tau``
-and the previous send on the link freed it by ``(p + l) tau <= slot tau``), so the completion is at
-most ``makespan_slots * tau``.
+For a valid store-and-forward schedule with ``capacity == 1`` and ``alpha_threshold == 0``
+the ``k``-th send of slot ``t`` on a link starts no later than ``t tau + (k - 1) mu / B`` (by
+induction over the schedule: its chunk arrived by ``(r + L) tau <= t tau``, and the sends before
+it on the link, at most ``omega = floor(tau B / mu)`` per slot, freed it by then), so it is usable
+by ``(t + L) tau`` and the completion is at most ``makespan_slots * tau``.
 """
 
 from __future__ import annotations
@@ -57,6 +68,8 @@ class SimResult:
     arrival_us : dict
         ``(chunk, node) -> time`` the node first holds (data movement) or last receives
         (combining) the chunk; 0 for slot-0 holders.
+    slotted_us : float, optional
+        The slot model's time of the same schedule, ``D * tau``.
     """
 
     completion_us: float
@@ -64,6 +77,13 @@ class SimResult:
     start_us: np.ndarray = field(repr=False)
     finish_us: np.ndarray = field(repr=False)
     arrival_us: dict[tuple[Chunk, int], float] = field(repr=False, default_factory=dict)
+    slotted_us: float | None = None
+
+    @property
+    def rounding_us(self) -> float | None:
+        """``slotted_us - completion_us``: the cost of the slot grid in continuous time
+        (positive when the slots round transfers or alphas up, e.g. under an alpha cap)."""
+        return None if self.slotted_us is None else self.slotted_us - self.completion_us
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.completion_us) and self.completion_us >= 0):
@@ -78,6 +98,8 @@ class SimResult:
             "algbw_GBps": None if math.isinf(self.algbw_GBps) else self.algbw_GBps,
             "start_us": [float(x) for x in self.start_us],
             "finish_us": [float(x) for x in self.finish_us],
+            "slotted_us": self.slotted_us,
+            "rounding_us": self.rounding_us,
         }
 
 
@@ -134,9 +156,31 @@ def simulate(instance: Instance, schedule: Schedule, reduce_cost_us_per_byte: fl
     start = np.zeros(len(sends))
     finish = np.zeros(len(sends))
     link_free = np.zeros(topo.num_links)
-    for i, send in enumerate(sends):
+    bufferless = instance.bufferless
+    order: list[int] = list(range(len(sends)))
+    if bufferless:
+        # A cut-through hop into a GPU may feed that GPU's send in the same slot (L = delta
+        # can be 0): the switches' sends of a slot go first, as in the verifier.
+        order.sort(key=lambda i: (sends[i].slot, sends[i].src not in bufferless))
+    for i in order:
+        send = sends[i]
         link = links[i]
         held = send.src in holders[send.chunk]
+        if send.src in bufferless and not held:
+            passing = [j for usable, j in receives.get((send.chunk, send.src), ()) if usable == send.slot]
+            if not passing:
+                raise ValidationError(
+                    f"{send.describe()}: cut-through switch {send.src} does not receive the chunk in "
+                    f"slot {send.slot}; the schedule is not causal"
+                )
+            j = min(passing, key=lambda k: finish[k])
+            head = start[j] + alpha[links[j]]
+            begin = max(head, link_free[link])
+            end = max(begin + transfer[link], finish[j])
+            start[i] = begin
+            link_free[link] = end
+            finish[i] = end + alpha[link]
+            continue
         deps = [j for usable, j in receives.get((send.chunk, send.src), ()) if usable <= send.slot]
         if not deps and not held:
             later = [usable for usable, _ in receives.get((send.chunk, send.src), ())]
@@ -166,6 +210,7 @@ def simulate(instance: Instance, schedule: Schedule, reduce_cost_us_per_byte: fl
             arrival[key] = min(times)
 
     completion = 0.0
+    slotted = 0
     for chunk, node in _targets(instance):
         if combining and (chunk, node) not in receives:
             if holders[chunk] - {node}:
@@ -177,6 +222,9 @@ def simulate(instance: Instance, schedule: Schedule, reduce_cost_us_per_byte: fl
         if at is None:
             raise ValidationError(f"chunk {list(chunk)} never reaches node {node}")
         completion = max(completion, at)
+        usable = [u for u, _ in receives.get((chunk, node), ())]
+        if usable and node not in holders[chunk]:
+            slotted = max(slotted, max(usable) if combining else min(usable))
     log.debug("simulated %d sends of %s: completion %.6g us", len(sends), instance.describe(), completion)
     return SimResult(
         completion_us=float(completion),
@@ -184,6 +232,7 @@ def simulate(instance: Instance, schedule: Schedule, reduce_cost_us_per_byte: fl
         start_us=start,
         finish_us=finish,
         arrival_us=arrival,
+        slotted_us=instance.slots_to_us(slotted),
     )
 
 

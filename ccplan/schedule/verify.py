@@ -157,8 +157,10 @@ class Occupancy:
         span = int(slot.max()) + 1
         down = np.array(sorted(lk * span + t for lk, t in inst.outage_set if t < span), dtype=np.int64)
 
+        per_link = np.asarray(inst.link_capacity, dtype=np.int64)
+
         def capacity(keys: np.ndarray) -> np.ndarray:
-            return np.where(np.isin(keys, down), 0, inst.capacity)
+            return np.where(np.isin(keys, down), 0, per_link[keys // span])
 
         for link, t, sends in self._overloaded(links[row], slot, row, capacity):
             cap = inst.omega(link, t)
@@ -212,7 +214,11 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
     - a node receives a chunk at most once and never one it already held (6 as an equality);
     - capacity (7) over the whole occupancy window ``t .. t+l-1`` against ``omega``;
     - single-port (instance option): one send and one receive per node per slot;
-    - the postcondition (8).
+    - the postcondition (8);
+    - under ``switch_model == "cut-through"``: a switch holds nothing, so it sends a chunk
+      only in a slot in which that chunk arrives there (it may receive a chunk again in a
+      later slot, never twice in one slot), and a hop from a switch into a GPU delivers at
+      ``t + delta`` (``instance.latency``); see docs/model.md.
 
     Parameters
     ----------
@@ -240,10 +246,19 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             hold[(chunk, v)] = 0
 
     occupied = Occupancy(instance)
+    bufferless = instance.bufferless
+    # Arrival slots at bufferless (cut-through) switches: they forward only in those slots.
+    passing: dict[tuple[Chunk, int], set[int]] = {}
 
     # Sends are chronological; every arrival is at least one slot after its send, so all
     # arrivals that a send in slot t may rely on are registered before slot t is processed.
-    for send in schedule.sends:
+    # The exception is a cut-through hop (switch into GPU, L = delta may be 0): it may feed a
+    # GPU's send in the same slot, so within a slot the switches' sends go first (a switch
+    # itself is fed only by links of L >= 1, i.e. by earlier slots).
+    sends_in_order = schedule.sends
+    if bufferless:
+        sends_in_order = tuple(sorted(schedule.sends, key=lambda s: (s.slot, s.src not in bufferless)))
+    for send in sends_in_order:
         key = (send.src, send.dst)
         if send.reduce:
             # A reduce combines contributions; a data-movement collective has none to combine.
@@ -281,7 +296,24 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             )
             continue
         link = topo.link_index[key]
-        held_from = hold.get((send.chunk, send.src))
+        if send.src in bufferless and send.src not in holders[send.chunk]:
+            slots = passing.get((send.chunk, send.src), set())
+            if send.slot not in slots:
+                where = f"slots {sorted(slots)}" if slots else "no slot"
+                violations.append(
+                    Violation(
+                        "causality",
+                        f"{send.describe()}: cut-through switch {send.src} holds nothing and the "
+                        f"chunk passes it in {where}, not in slot {send.slot}",
+                        send.chunk,
+                        key,
+                        send.slot,
+                    )
+                )
+                continue
+            held_from: int | None = send.slot
+        else:
+            held_from = hold.get((send.chunk, send.src))
         if held_from is None or held_from > send.slot:
             when = "never holds it" if held_from is None else f"holds it only from slot {held_from}"
             violations.append(
@@ -296,6 +328,24 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
             )
             continue
         arrive = send.slot + int(latency[link])
+        if send.dst in bufferless and send.dst not in holders[send.chunk]:
+            slots = passing.setdefault((send.chunk, send.dst), set())
+            if arrive in slots:
+                violations.append(
+                    Violation(
+                        "duplicate-receive",
+                        f"{send.describe()}: cut-through switch {send.dst} already receives the "
+                        f"chunk in slot {arrive}",
+                        send.chunk,
+                        key,
+                        send.slot,
+                    )
+                )
+            else:
+                slots.add(arrive)
+                hold[(send.chunk, send.dst)] = min(arrive, hold.get((send.chunk, send.dst), arrive))
+            occupied.add(send, link)
+            continue
         previous = hold.get((send.chunk, send.dst))
         if previous is not None:
             violations.append(
