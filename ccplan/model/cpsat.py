@@ -1,9 +1,10 @@
 """Pyomo -> OR-tools CP-SAT adapter (the only module of ccplan that imports CP-SAT).
 
-The model is translated row by row ("route A" of ``docs/exact.md``): every active constraint
-is walked once with :class:`pyomo.repn.linear.LinearRepnVisitor` and written straight into
-the ``CpModelProto``; no file and no scipy matrix is involved. CP-SAT only accepts integer
-data, so
+A model built by :func:`ccplan.model.milp.build_model` carries its rows as numpy arrays
+(:mod:`ccplan.model.rows`); each component that still holds exactly those rows is copied
+from the arrays into the ``CpModelProto``. Every other row is translated one by one: walked
+once with :class:`pyomo.repn.linear.LinearRepnVisitor` and written straight into the proto
+(``docs/exact.md`` section 2); no file is involved. CP-SAT only accepts integer data, so
 
 - every variable must be binary or integer with finite integral bounds;
 - every coefficient must be integral (checked with a tolerance of ``1e-9 * max(1, |c|)``);

@@ -23,6 +23,13 @@ All coefficients and right-hand sides are integers, as the CP-SAT adapter requir
 
 The default build is *sparse*: variables that reachability fixes to zero are not created
 (see :func:`build_model`); ``dense=True`` creates every index so the two can be compared.
+
+Index sets and rows are generated with numpy, one CSR block per equation
+(:mod:`ccplan.model.rows`), then installed as that equation's named component; the blocks
+stay on the model so the CP-SAT adapter can fill its proto from them without walking every
+Pyomo row (``docs/exact.md`` section 2). :func:`horizon_restriction` turns a model for
+``H`` into the model for a smaller horizon by fixing variables, so one build answers
+several "D <= h ?" questions.
 """
 
 from __future__ import annotations
