@@ -6,6 +6,13 @@ Run by hand (never as a timed test)::
 
     python benchmarks/plain_cpsat.py                    # 24 instances, medians of 3
     python benchmarks/plain_cpsat.py --count 6 --repeat 1 --time-limit 60
+    python benchmarks/plain_cpsat.py --set set24.json   # draw once, keep the set in a file
+
+Drawing the set solves every candidate with the plain model (minutes on a shared machine);
+``--set FILE`` writes the drawn instances there (``Instance.to_dict``) on the first run and
+reads them back on later runs, so two versions of the engine can be timed on the same set.
+The milp rows also give the engine's phases (medians): warm start, model build, Pyomo ->
+CP-SAT translation and CP-SAT search seconds, from ``Outcome.details``.
 
 The plain model is written directly with ``cp_model`` and differs from the paper's
 (2)-(14) on purpose, so it doubles as a cross-check of the optimum:
@@ -33,17 +40,20 @@ and Broadcast with 2-4 chunks (pipelining); only those whose optimum (plain mode
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
+from ccplan.instances.collectives import Chunk
 from ccplan.methods import SolveOptions, solve
 from ccplan.model.exact import greedy_schedule
 from ccplan.schedule.core import Schedule, Send
@@ -69,8 +79,8 @@ def plain_solve(inst: Instance, time_limit: float | None = None, workers: int = 
     lat = [int(v) for v in inst.latency]
     occ = [int(v) for v in inst.occupancy]
     m = cp_model.CpModel()
-    x: dict[tuple[object, int, int], object] = {}
-    y: dict[tuple[object, int, int], object] = {}
+    x: dict[tuple[Chunk, int, int], Any] = {}
+    y: dict[tuple[Chunk, int, int], Any] = {}
     for k in coll.chunk_ids:
         held = coll.holders[k]
         for v in topo.node_ids:
@@ -175,6 +185,19 @@ def instances_above_bound(
     return found
 
 
+def load_or_draw(path: str | None, count: int, seed: int, time_limit: float) -> list[tuple[str, Instance]]:
+    """The instance set: read from ``path`` when it exists, else drawn (and written there)."""
+    if path is not None and os.path.exists(path):
+        with open(path) as fh:
+            data = json.load(fh)
+        return [(item["name"], Instance.from_dict(item["instance"])) for item in data][:count]
+    chosen = [(name, inst) for name, inst, _ in instances_above_bound(count, seed, time_limit)]
+    if path is not None:
+        with open(path, "w") as fh:
+            json.dump([{"name": name, "instance": inst.to_dict()} for name, inst in chosen], fh)
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--count", type=int, default=24)
@@ -182,18 +205,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--time-limit", type=float, default=120.0)
     p.add_argument("--prove", action="store_true", help="run milp with --prove")
+    p.add_argument("--set", help="JSON file of the instance set (written if missing, else read)")
     args = p.parse_args(argv)
     print(f"# load average {os.getloadavg()}, 2 CP-SAT workers, shared machine", flush=True)
-    chosen = instances_above_bound(args.count, args.seed, args.time_limit)
+    chosen = load_or_draw(args.set, args.count, args.seed, args.time_limit)
     if chosen:
         # Import Pyomo and the heuristics once before timing, as ortools was imported above.
         solve(chosen[0][1], "milp", SolveOptions(time_limit=args.time_limit))
-    print("instance,method,makespan,bound,gap,seconds,describe", flush=True)
+    print("instance,method,makespan,bound,gap,seconds,warm,build,translate,search,describe", flush=True)
     ratios = []
-    for name, inst, _ in chosen:
+    for name, inst in chosen:
         times: dict[str, list[float]] = {"plain-cpsat": [], "milp": []}
+        phases: dict[str, list[float]] = {"warm": [], "build": [], "translate": [], "search": []}
         last: dict[str, tuple[int | None, int]] = {}
         for _ in range(args.repeat):
+            # a fresh copy: nothing computed for the instance (its bound) carries over
+            inst = Instance.from_dict(inst.to_dict())
             ref = plain_solve(inst, args.time_limit)
             times["plain-cpsat"].append(ref.seconds)
             last["plain-cpsat"] = (ref.makespan, ref.bound)
@@ -201,14 +228,19 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             res = solve(inst, "milp", SolveOptions(time_limit=args.time_limit, extra=extra))
             times["milp"].append(time.perf_counter() - t0)
+            for phase, key in (("warm", "warm_start_seconds"), ("build", "build_seconds"),
+                               ("translate", "translate_seconds"), ("search", "solve_seconds")):
+                phases[phase].append(float(res.details.get(key, 0.0)))
             assert res.verified
             last["milp"] = (res.makespan_slots, res.lower_bound_slots)
             if res.status == "optimal" and ref.status == "optimal":
                 assert res.makespan_slots == ref.makespan, (name, res.makespan_slots, ref.makespan)
         for method, (mk, bd) in last.items():
             gap = "" if mk is None else f"{(mk - bd) / mk:.3f}"
-            print(f"{name},{method},{mk},{bd},{gap},{statistics.median(times[method]):.3f},{inst.describe()}",
-                  flush=True)
+            cols = ",,," if method != "milp" else ",".join(
+                f"{statistics.median(phases[k]):.3f}" for k in ("warm", "build", "translate", "search"))
+            print(f"{name},{method},{mk},{bd},{gap},{statistics.median(times[method]):.3f},{cols},"
+                  f"{inst.describe()}", flush=True)
         ratios.append(statistics.median(times["milp"]) / statistics.median(times["plain-cpsat"]))
     if ratios:
         print(f"# {len(ratios)} instances; milp/plain time ratio: median {statistics.median(ratios):.2f}, "

@@ -855,7 +855,12 @@ def lower_bound_slots(instance: Instance, *, time_windows: bool = True) -> int:
     ValidationError
         When some demanded chunk cannot reach its destination at all.
     """
-    return max(_slot_triple(instance, time_windows))
+    # An Instance is immutable and one solve asks for its bound several times (heuristic
+    # portfolio, exact engine, result): keep it on the instance, like its cached properties.
+    memo = instance.__dict__.setdefault("_ccplan_lower_bound_slots", {})
+    if time_windows not in memo:
+        memo[time_windows] = max(_slot_triple(instance, time_windows))
+    return int(memo[time_windows])
 
 
 def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:

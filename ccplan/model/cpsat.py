@@ -1,9 +1,10 @@
 """Pyomo -> OR-tools CP-SAT adapter (the only module of ccplan that imports CP-SAT).
 
-The model is translated row by row ("route A" of ``docs/exact.md``): every active constraint
-is walked once with :class:`pyomo.repn.linear.LinearRepnVisitor` and written straight into
-the ``CpModelProto``; no file and no scipy matrix is involved. CP-SAT only accepts integer
-data, so
+A model built by :func:`ccplan.model.milp.build_model` carries its rows as numpy arrays
+(:mod:`ccplan.model.rows`); each component that still holds exactly those rows is copied
+from the arrays into the ``CpModelProto``. Every other row is translated one by one: walked
+once with :class:`pyomo.repn.linear.LinearRepnVisitor` and written straight into the proto
+(``docs/exact.md`` section 2); no file is involved. CP-SAT only accepts integer data, so
 
 - every variable must be binary or integer with finite integral bounds;
 - every coefficient must be integral (checked with a tolerance of ``1e-9 * max(1, |c|)``);
@@ -32,7 +33,10 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import numpy as np
+
 from ccplan.errors import CCPlanError, SolverUnavailableError, ValidationError
+from ccplan.model.rows import RowBlock, array_form, paused_gc
 
 if TYPE_CHECKING:
     from pyomo.core.base.constraint import ConstraintData
@@ -236,6 +240,12 @@ class CompiledModel:
     has_objective : bool
     seconds : float
         Translation time.
+    num_constant_rows : int
+        Rows left without a free variable (checked, not sent to CP-SAT unless violated).
+    array_rows : int
+        Rows filled from the model's arrays (:mod:`ccplan.model.rows`) rather than walked.
+    restricted : dict
+        CP-SAT index -> the domain it had before :func:`restrict_domains` changed it.
     """
 
     cp_model: Any
@@ -244,6 +254,8 @@ class CompiledModel:
     has_objective: bool
     seconds: float
     num_constant_rows: int = 0
+    array_rows: int = 0
+    restricted: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def num_constraints(self) -> int:
@@ -269,6 +281,66 @@ class _Translator:
         if found is not None:
             return found
         var = self.visitor.var_map[var_id]
+        lo_i, hi_i = self._domain(var, where)
+        new = len(self.variables)
+        self.proto.variables.add().domain.extend([lo_i, hi_i])
+        self.index[var_id] = new
+        self.variables.append(var)
+        return new
+
+    def columns(self, columns: list[VarData]) -> None:
+        """Register every column of an array form, in column order, so a column's position
+        is its CP-SAT index. A fixed column gets the one-value domain of its value (the rows
+        filled from arrays keep it as a term; CP-SAT's presolve removes it)."""
+        if self.variables:
+            raise AssertionError("array columns must be registered before any other variable")
+        domains: list[int] = []
+        integral_domain: dict[int, bool] = {}  # id(domain set) -> integer-valued
+        for pos, var in enumerate(columns):
+            if var.fixed:
+                value = _integral(float(var.value), partial(_describe, str, "fixed value of", var))
+                domains.extend((value, value))
+            else:
+                # Binary/integer bounds need no rounding; only the domain kind is checked,
+                # once per domain object (all x, y, z share Binary).
+                dom = var.domain
+                ok = integral_domain.get(id(dom))
+                if ok is None:
+                    ok = integral_domain[id(dom)] = not var.is_continuous()
+                lo, hi = var.bounds
+                if ok and type(lo) is int and type(hi) is int:
+                    domains.extend((lo, hi))
+                else:
+                    domains.extend(self._domain(var, lambda: "array form"))
+            self.index[id(var)] = pos
+        self.variables = list(columns)
+        add = self.proto.variables.add
+        for pos in range(len(columns)):
+            add().domain.extend(domains[2 * pos:2 * pos + 2])
+
+    def block(self, block: RowBlock) -> None:
+        """Fill the rows of one :class:`~ccplan.model.rows.RowBlock` (integer data by
+        construction); columns are CP-SAT indices after :meth:`columns`."""
+        cols = block.cols.tolist()
+        coefs = block.coefs.tolist()
+        ptr = block.indptr.tolist()
+        lbs = np.maximum(block.lb, -_INT_MAX).tolist()
+        ubs = np.minimum(block.ub, _INT_MAX).tolist()
+        add = self.proto.constraints.add
+        for r in range(block.rows):
+            a, b = ptr[r], ptr[r + 1]
+            if a == b:  # no term: the row is 0 in [lb, ub] or a contradiction
+                self.constant_rows += 1
+                if not lbs[r] <= 0 <= ubs[r]:
+                    log.warning("row %s of %s has no variable and is violated", block.keys[r], block.name)
+                    add().linear.domain.extend([1, 1])
+                continue
+            row = add().linear
+            row.vars.extend(cols[a:b])
+            row.coeffs.extend(coefs[a:b])
+            row.domain.extend((lbs[r], ubs[r]))
+
+    def _domain(self, var: VarData, where: Callable[[], str]) -> tuple[int, int]:
         if var.is_continuous():
             raise ValidationError(
                 f"{where()}: variable {var.name} is continuous; CP-SAT needs binary or integer variables"
@@ -280,11 +352,7 @@ class _Translator:
             )
         lo_i = _integral(math.ceil(lo - _TOL * max(1.0, abs(lo))), lambda: f"lower bound of {var.name}")
         hi_i = _integral(math.floor(hi + _TOL * max(1.0, abs(hi))), lambda: f"upper bound of {var.name}")
-        new = len(self.variables)
-        self.proto.variables.add().domain.extend([lo_i, hi_i])
-        self.index[var_id] = new
-        self.variables.append(var)
-        return new
+        return lo_i, hi_i
 
     def terms(self, linear: Mapping[int, float], where: Callable[[], str]) -> tuple[list[int], list[int]]:
         idx: list[int] = []
@@ -357,8 +425,15 @@ class _Translator:
         self.proto.objective.scaling_factor = float(sign)
 
 
-def compile_model(model: Any) -> CompiledModel:
+def compile_model(model: Any, *, use_arrays: bool = True) -> CompiledModel:
     """Translate a Pyomo model (linear, integer data, at most one active objective).
+
+    A model built by :func:`ccplan.model.milp.build_model` carries its rows as arrays
+    (:mod:`ccplan.model.rows`); every component still holding exactly those rows is filled
+    from the arrays, the others (and every model without arrays, or ``use_arrays=False``)
+    row by row through Pyomo's linear walker. Both give the same CP-SAT rows, except that
+    a fixed variable of the arrays stays a variable with a one-value domain where the walker
+    folds it into the row's constant.
 
     Raises
     ------
@@ -373,9 +448,21 @@ def compile_model(model: Any) -> CompiledModel:
 
     cp_model = _cp_model()
     start = time.perf_counter()
-    tr = _Translator(cp_model)
-    for con in model.component_data_objects(Constraint, active=True, descend_into=True):
-        tr.constraint(con)
+    with paused_gc():
+        tr = _Translator(cp_model)
+        form = array_form(model) if use_arrays else None
+        if form is not None:
+            tr.columns(form.columns)
+        array_rows = 0
+        for component in model.component_objects(Constraint, active=True, descend_into=True):
+            block = None if form is None else form.block_for(component)
+            if block is not None:
+                tr.block(block)
+                array_rows += block.rows
+                continue
+            for con in component.values():
+                if con.active:
+                    tr.constraint(con)
     objectives = list(model.component_data_objects(Objective, active=True, descend_into=True))
     if len(objectives) > 1:
         raise ValidationError(
@@ -385,9 +472,43 @@ def compile_model(model: Any) -> CompiledModel:
     if objectives:
         tr.objective(objectives[0])
     seconds = time.perf_counter() - start
-    log.debug("translated to CP-SAT: %d vars, %d rows in %.2fs", len(tr.variables),
-              len(tr.proto.constraints), seconds)
-    return CompiledModel(tr.cpm, tr.variables, tr.index, bool(objectives), seconds, tr.constant_rows)
+    log.debug("translated to CP-SAT: %d vars, %d rows (%d from arrays) in %.2fs", len(tr.variables),
+              len(tr.proto.constraints), array_rows, seconds)
+    return CompiledModel(tr.cpm, tr.variables, tr.index, bool(objectives), seconds, tr.constant_rows,
+                         array_rows)
+
+
+def restrict_domains(compiled: CompiledModel, domains: Mapping[Any, tuple[int, int]]) -> None:
+    """Give the listed variables new CP-SAT domains, every other one its compiled domain.
+
+    This is how one translated model answers several questions (e.g. "D <= h ?" for
+    several h on a model built once for the largest h): the Pyomo model is not touched
+    and nothing is translated again. ``domains`` maps ``VarData -> (lo, hi)``; an empty
+    mapping undoes the last restriction.
+
+    Raises
+    ------
+    ValidationError
+        A variable has no CP-SAT counterpart (fixed and folded at translation) or an empty
+        domain is asked for.
+    """
+    variables = compiled.cp_model.proto.variables
+    for pos, (lo, hi) in compiled.restricted.items():
+        dom = variables[pos].domain
+        dom.clear()
+        dom.extend([lo, hi])
+    compiled.restricted.clear()
+    for var, (lo, hi) in domains.items():
+        at = compiled.index.get(id(var))
+        if at is None:
+            raise ValidationError(f"restrict_domains: variable {var.name} is not in the translated model")
+        if lo > hi:
+            raise ValidationError(f"restrict_domains: empty domain [{lo}, {hi}] for {var.name}")
+        dom = variables[at].domain
+        if at not in compiled.restricted:
+            compiled.restricted[at] = (int(dom[0]), int(dom[len(dom) - 1]))
+        dom.clear()
+        dom.extend([int(lo), int(hi)])
 
 
 def set_objective_limits(

@@ -23,6 +23,13 @@ All coefficients and right-hand sides are integers, as the CP-SAT adapter requir
 
 The default build is *sparse*: variables that reachability fixes to zero are not created
 (see :func:`build_model`); ``dense=True`` creates every index so the two can be compared.
+
+Index sets and rows are generated with numpy, one CSR block per equation
+(:mod:`ccplan.model.rows`), then installed as that equation's named component; the blocks
+stay on the model so the CP-SAT adapter can fill its proto from them without walking every
+Pyomo row (``docs/exact.md`` section 2). :func:`horizon_restriction` turns a model for
+``H`` into the model for a smaller horizon by fixing variables, so one build answers
+several "D <= h ?" questions.
 """
 
 from __future__ import annotations
@@ -34,13 +41,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyomo.environ as pyo
 from pyomo.common.collections import ComponentMap
 from pyomo.core.base.var import VarData
+from pyomo.core.expr.numeric_expr import LinearExpression, MonomialTermExpression
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.model.rows import NO_BOUND, ArrayForm, RowBlock, attach, csr_block, paused_gc
 from ccplan.model.size import INF as INF  # re-exported: ModelIndex.earliest uses it
 from ccplan.model.size import reach_windows, y_window
 from ccplan.schedule.core import Schedule, Send
@@ -164,90 +174,211 @@ def model_index(model: pyo.ConcreteModel) -> ModelIndex:
     return meta
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Plan:
-    """Pure-Python index sets of one build (before any Pyomo object exists)."""
+    """Index sets of one build as numpy arrays (before any Pyomo object exists).
 
-    x_keys: list[Key]
-    y_ranges: dict[tuple[Chunk, int], tuple[int, int]]
-    z_keys: list[Key]
+    Columns are numbered ``x`` first (chunk, link, slot order), then ``y`` (chunk, node,
+    slot), then ``z`` (demanded chunk, node, slot), then ``D``. ``y[k, v, t]`` exists for
+    ``ylo[k, v] <= t <= yhi[k, v]`` and is column ``ycol0[k, v] + t``; chunks and nodes are
+    positions (``chunks[k]``, ``nodes[v]``).
+    """
+
+    chunks: tuple[Chunk, ...]
+    nodes: tuple[int, ...]
+    src: np.ndarray  # node position of each link's tail
+    dst: np.ndarray  # node position of each link's head
+    held: np.ndarray  # (K, N) bool: node holds the chunk at slot 0
+    xk: np.ndarray
+    xe: np.ndarray
+    xt: np.ndarray
+    ylo: np.ndarray  # (K, N); ylo > yhi: no y
+    yhi: np.ndarray
+    ycol0: np.ndarray  # (K, N): column of y[k, v, t] is ycol0 + t
+    yk: np.ndarray
+    yv: np.ndarray
+    yt: np.ndarray
+    zk: np.ndarray
+    zv: np.ndarray
+    zt: np.ndarray
+    zcol0: np.ndarray  # (K, N): column of z[k, v, t] is zcol0 + t (demands only)
     earliest: dict[tuple[Chunk, int], int]
     latest: dict[tuple[Chunk, int], int]
 
+    @property
+    def nx(self) -> int:
+        return int(self.xk.size)
+
+    @property
+    def ny(self) -> int:
+        return int(self.yk.size)
+
+    @property
+    def nz(self) -> int:
+        return int(self.zk.size)
+
+    @property
+    def d_col(self) -> int:
+        return self.nx + self.ny + self.nz
+
+    def y_exists(self, k: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return (self.ylo[k, v] <= t) & (t <= self.yhi[k, v])
+
+    def y_col(self, k: np.ndarray, v: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return self.ycol0[k, v] + t
+
+
+def _expand(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For windows ``first[i] .. first[i] + count[i] - 1``: (window of each slot, slot)."""
+    owner = np.repeat(np.arange(count.size), count)
+    starts = np.cumsum(count) - count
+    slots = first[owner] + np.arange(int(count.sum()), dtype=np.int64) - starts[owner]
+    return owner, slots
+
 
 def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
+    """The sparse (or dense) index sets of :func:`build_model`, vectorised over chunks x links
+    and chunks x nodes; the windows come from :func:`ccplan.model.size.reach_windows`."""
     topo = instance.topology
     coll = instance.collective
-    lat = instance.latency
-    occ = instance.occupancy
-    holders = coll.holders
-    earliest, latest, demanders = reach_windows(instance, horizon, dense)
+    H = horizon
+    chunks = coll.chunk_ids
+    nodes = topo.node_ids
+    pos = {v: i for i, v in enumerate(nodes)}
+    K, N, E = len(chunks), len(nodes), topo.num_links
+    lat = np.asarray(instance.latency, dtype=np.int64)
+    occ = np.asarray(instance.occupancy, dtype=np.int64)
+    src = np.array([pos[link.src] for link in topo.links], dtype=np.int64)
+    dst = np.array([pos[link.dst] for link in topo.links], dtype=np.int64)
+    earliest, latest, demanders = reach_windows(instance, H, dense)
+    ea = np.array([[earliest[(k, v)] for v in nodes] for k in chunks], dtype=np.int64).reshape(K, N)
+    la = np.array([[latest[(k, v)] for v in nodes] for k in chunks], dtype=np.int64).reshape(K, N)
+    held = np.zeros((K, N), dtype=bool)
+    dem = np.zeros((K, N), dtype=bool)
+    for k, chunk in enumerate(chunks):
+        held[k, [pos[v] for v in coll.holders[chunk]]] = True
+        dem[k, [pos[v] for v in demanders.get(chunk, ())]] = True
 
-    x_keys: list[Key] = []
-    for chunk in coll.chunk_ids:
-        s, c = chunk
-        held = holders[chunk]
-        for e, link in enumerate(topo.links):
-            last = horizon - int(lat[e])
-            if dense:
-                x_keys.extend((s, c, e, t) for t in range(0, last + 1))
-                continue
-            if link.dst in held:
-                continue  # a node holds a chunk at most once: never send it to a holder
-            first = earliest[(chunk, link.src)]
-            last = min(last, latest[(chunk, link.dst)] - int(lat[e]))
-            for t in range(first, last + 1):
-                if all(instance.omega(e, q) > 0 for q in range(t, t + int(occ[e]))):
-                    x_keys.append((s, c, e, t))
+    # x: one window per (chunk, link), chunk-major like the keys of the Pyomo set.
+    last = np.broadcast_to(H - lat, (K, E)).copy()
+    if dense:
+        first = np.zeros((K, E), dtype=np.int64)
+    else:
+        first = ea[:, src]
+        last = np.minimum(last, la[:, dst] - lat)
+        last[held[:, dst]] = -1  # a node holds a chunk at most once: never send it to a holder
+    count = np.maximum(last - first + 1, 0)
+    owner, xt = _expand(first.ravel(), count.ravel())
+    xk, xe = owner // E, owner % E
+    if not dense and instance.outage_set:
+        # a start whose occupancy window t .. t+l-1 meets an outage has no variable
+        starts = {e * (H + 1) + t for e, q in instance.outage_set
+                  for t in range(max(0, q - int(occ[e]) + 1), q + 1)}
+        keep = ~np.isin(xe * (H + 1) + xt, np.fromiter(starts, dtype=np.int64, count=len(starts)))
+        xk, xe, xt = xk[keep], xe[keep], xt[keep]
 
-    y_ranges: dict[tuple[Chunk, int], tuple[int, int]] = {}
-    z_keys: list[Key] = []
-    for chunk in coll.chunk_ids:
-        s, c = chunk
-        held = holders[chunk]
-        dem = demanders.get(chunk, set())
-        for v in topo.node_ids:
-            kv = (chunk, v)
-            lo, hi = y_window(horizon, dense, v in held, v in dem, earliest[kv], latest[kv])
-            if lo <= hi:
-                y_ranges[kv] = (lo, hi)
-            if v in dem:
-                z_keys.extend((s, c, v, t) for t in range(lo, hi + 1))
-    return _Plan(x_keys=x_keys, y_ranges=y_ranges, z_keys=z_keys, earliest=earliest, latest=latest)
+    ylo = np.zeros((K, N), dtype=np.int64)
+    yhi = np.full((K, N), -1, dtype=np.int64)
+    for k in range(K):
+        for v in range(N):
+            ylo[k, v], yhi[k, v] = y_window(H, dense, bool(held[k, v]), bool(dem[k, v]),
+                                            int(ea[k, v]), int(la[k, v]))
+    ny_pair = np.maximum(yhi - ylo + 1, 0)
+    nx = xk.size
+    ycol0 = nx + (np.cumsum(ny_pair.ravel()) - ny_pair.ravel()).reshape(K, N) - ylo
+    owner, yt = _expand(ylo.ravel(), ny_pair.ravel())
+    yk, yv = owner // N, owner % N
+    nz_pair = np.where(dem, ny_pair, 0)
+    zcol0 = nx + yk.size + (np.cumsum(nz_pair.ravel()) - nz_pair.ravel()).reshape(K, N) - ylo
+    owner, zt = _expand(ylo.ravel(), nz_pair.ravel())
+    zk, zv = owner // N, owner % N
+    return _Plan(chunks=chunks, nodes=nodes, src=src, dst=dst, held=held, xk=xk, xe=xe, xt=xt,
+                 ylo=ylo, yhi=yhi, ycol0=ycol0, yk=yk, yv=yv, yt=yt, zk=zk, zv=zv, zt=zt,
+                 zcol0=zcol0, earliest=earliest, latest=latest)
 
 
 # --------------------------------------------------------------------------- rows
-class _Rows:
-    """Collects the rows of one named component as ``key -> (terms, lb, ub)``."""
+class _Entries:
+    """COO entries ``(row, column, coefficient)`` of one component, added in term order."""
 
-    def __init__(self, name: str, dimen: int) -> None:
-        self.name = name
-        self.dimen = dimen
-        self.rows: dict[Any, tuple[list[Term], int | None, int | None]] = {}
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.cols: list[np.ndarray] = []
+        self.coefs: list[np.ndarray] = []
 
-    def add(self, key: Key, terms: list[Term], lb: int | None, ub: int | None) -> None:
-        self.rows[key] = (terms, lb, ub)
+    def add(self, rows: np.ndarray, cols: np.ndarray, coefs: np.ndarray | int) -> None:
+        self.rows.append(np.asarray(rows, dtype=np.int64))
+        self.cols.append(np.asarray(cols, dtype=np.int64))
+        self.coefs.append(np.broadcast_to(np.asarray(coefs, dtype=np.int64), np.shape(rows)))
+
+    def block(self, name: str, keys: list[Any], lb: np.ndarray | int | None,
+              ub: np.ndarray | int | None) -> RowBlock:
+        n = len(keys)
+        empty = np.zeros(0, dtype=np.int64)
+        row = np.concatenate(self.rows) if self.rows else empty
+        col = np.concatenate(self.cols) if self.cols else empty
+        coef = np.concatenate(self.coefs) if self.coefs else empty
+        lo = np.broadcast_to(np.asarray(-NO_BOUND if lb is None else lb, dtype=np.int64), (n,))
+        hi = np.broadcast_to(np.asarray(NO_BOUND if ub is None else ub, dtype=np.int64), (n,))
+        return csr_block(name, keys, row, col, coef, lo, hi)
 
 
-def _expr(terms: list[Term]) -> Any:
-    return pyo.quicksum((c * v for c, v in terms))
+def _window_rows(plan: _Plan, owner_of_x: np.ndarray, length: np.ndarray, horizon: int,
+                 groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sends occupying a resource in a slot: each send x (start t, occupancy l) counts in
+    slots ``t .. t+l-1`` (< H) of its group ``owner_of_x``. Returns (row code
+    ``group * H + slot`` of each entry, the entry's x column, count per code)."""
+    reps = length[plan.xe]
+    xi = np.repeat(np.arange(plan.nx), reps)
+    shift = np.arange(int(reps.sum()), dtype=np.int64) - np.repeat(np.cumsum(reps) - reps, reps)
+    slot = plan.xt[xi] + shift
+    inside = slot < horizon
+    xi, slot = xi[inside], slot[inside]
+    code = owner_of_x[xi] * horizon + slot
+    counts = np.bincount(code, minlength=groups * horizon)
+    return code, xi, counts
 
 
-def _install(model: pyo.ConcreteModel, rows: _Rows) -> int:
-    """Add ``rows`` as one indexed constraint named ``rows.name``; returns its nonzeros."""
-    table = rows.rows
-    index = pyo.Set(initialize=list(table), dimen=rows.dimen, ordered=pyo.Set.InsertionOrder)
-    model.add_component(f"{rows.name}_index", index)
+def _relations(block: RowBlock, columns: list[VarData]) -> list[Any]:
+    """One Pyomo relational expression per row of ``block`` (linear, integer data)."""
+    cols = block.cols.tolist()
+    coefs = block.coefs.tolist()
+    ptr = block.indptr.tolist()
+    lbs = block.lb.tolist()
+    ubs = block.ub.tolist()
+    out: list[Any] = []
+    for r in range(block.rows):
+        args = [columns[c] if a == 1 else MonomialTermExpression((a, columns[c]))
+                for c, a in zip(cols[ptr[r]:ptr[r + 1]], coefs[ptr[r]:ptr[r + 1]], strict=True)]
+        body = LinearExpression(args)
+        lo, hi = lbs[r], ubs[r]
+        if lo == hi:
+            out.append(body == lo)
+        else:
+            out.append((None if lo == -NO_BOUND else lo, body, None if hi == NO_BOUND else hi))
+    return out
 
-    def rule(_m: Any, *key: int) -> Any:
-        terms, lb, ub = table[key]
-        body = _expr(terms)
-        if lb is not None and lb == ub:
-            return body == lb
-        return (lb, body, ub)
 
-    model.add_component(rows.name, pyo.Constraint(index, rule=rule, doc=_DOCS[rows.name]))
-    return sum(len(t) for t, _, _ in table.values())
+def _install(m: pyo.ConcreteModel, form: ArrayForm, block: RowBlock, dimen: int,
+             relations: list[Any] | None = None) -> int:
+    """Add ``block`` as one indexed constraint named ``block.name``; returns its nonzeros."""
+    index = pyo.Set(initialize=block.keys, dimen=dimen, ordered=pyo.Set.InsertionOrder)
+    m.add_component(f"{block.name}_index", index)
+    table = dict(zip(block.keys, _relations(block, form.columns) if relations is None else relations,
+                     strict=True))
+    component = pyo.Constraint(index, rule=lambda _m, *key: table[key], doc=_DOCS[block.name])
+    m.add_component(block.name, component)
+    form.blocks[block.name] = block
+    form.components[block.name] = component
+    form.expressions[block.name] = [data.expr for data in component.values()]
+    return block.nonzeros
+
+
+def _keys(plan: _Plan, k: np.ndarray, *rest: np.ndarray) -> list[Key]:
+    """Pyomo index tuples ``(s, c, *rest)`` for chunk positions ``k``."""
+    s = np.array([chunk[0] for chunk in plan.chunks], dtype=np.int64)[k].tolist() if len(k) else []
+    c = np.array([chunk[1] for chunk in plan.chunks], dtype=np.int64)[k].tolist() if len(k) else []
+    return list(zip(s, c, *(r.tolist() for r in rest), strict=True))
 
 
 def build_model(
@@ -308,186 +439,199 @@ def build_model(
     ):
         raise ValidationError(f"lower_bound must be a non-negative integer, got {lower_bound!r}")
 
+    with paused_gc():
+        return _build(instance, horizon, dense, lower_bound, cuts)
+
+
+def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | None,
+           cuts: bool) -> pyo.ConcreteModel:
     topo = instance.topology
     coll = instance.collective
-    lat = [int(v) for v in instance.latency]
-    occ = [int(v) for v in instance.occupancy]
+    lat = np.asarray(instance.latency, dtype=np.int64)
+    occ = np.asarray(instance.occupancy, dtype=np.int64)
     H = horizon
     plan = _plan(instance, H, dense)
-    demands = coll.demands
-    holders = coll.holders
+    nodes = np.array(plan.nodes, dtype=np.int64)
+    K, N = plan.held.shape
+    nx, ny, d_col = plan.nx, plan.ny, plan.d_col
+    xcol = np.arange(nx, dtype=np.int64)
 
     m = pyo.ConcreteModel(name=f"ccplan-milp {instance.describe()} H={H}")
-    m.X_INDEX = pyo.Set(initialize=plan.x_keys, dimen=4, ordered=pyo.Set.InsertionOrder,
+    m.X_INDEX = pyo.Set(initialize=_keys(plan, plan.xk, plan.xe, plan.xt), dimen=4,
+                        ordered=pyo.Set.InsertionOrder,
                         doc="(s, c, link, t): chunk (s, c) may leave on link in slot t")
-    y_keys = [
-        (chunk[0], chunk[1], v, t)
-        for (chunk, v), (lo, hi) in plan.y_ranges.items()
-        for t in range(lo, hi + 1)
-    ]
-    m.Y_INDEX = pyo.Set(initialize=y_keys, dimen=4, ordered=pyo.Set.InsertionOrder,
+    m.Y_INDEX = pyo.Set(initialize=_keys(plan, plan.yk, nodes[plan.yv], plan.yt), dimen=4,
+                        ordered=pyo.Set.InsertionOrder,
                         doc="(s, c, v, t): node v may hold chunk (s, c) at the start of slot t")
-    m.Z_INDEX = pyo.Set(initialize=plan.z_keys, dimen=4, ordered=pyo.Set.InsertionOrder,
+    m.Z_INDEX = pyo.Set(initialize=_keys(plan, plan.zk, nodes[plan.zv], plan.zt), dimen=4,
+                        ordered=pyo.Set.InsertionOrder,
                         doc="(s, c, v, t): demand (chunk, v) may be first received at slot t")
     m.x = pyo.Var(m.X_INDEX, domain=pyo.Binary, doc="x_{s,(u,v),c,t}: chunk sent on link in slot t")
     m.y = pyo.Var(m.Y_INDEX, domain=pyo.Binary, doc="y_{s,v,c,t}: v holds the chunk at the start of t")
     m.z = pyo.Var(m.Z_INDEX, domain=pyo.Binary, doc="z_{s,v,c,t}: v first holds the chunk at slot t")
     m.D = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, H), doc="makespan in slots")
+    form = ArrayForm(columns=[*m.x.values(), *m.y.values(), *m.z.values(), m.D])
+    columns = form.columns
 
-    x = m.x
-    y = m.y
-    z = m.z
-
-    def yv(chunk: Chunk, v: int, t: int) -> VarData | None:
-        rng = plan.y_ranges.get((chunk, v))
-        if rng is None or not rng[0] <= t <= rng[1]:
-            return None
-        return y[chunk[0], chunk[1], v, t]
-
-    # Index the sends once: by (chunk, receiving node, arrival slot), by (link, start slot).
-    inflow: dict[tuple[Chunk, int, int], list[VarData]] = defaultdict(list)
-    into: dict[tuple[Chunk, int], list[tuple[int, VarData]]] = defaultdict(list)
-    from_holders: dict[Chunk, list[VarData]] = defaultdict(list)
-    on_link: dict[tuple[int, int], list[VarData]] = defaultdict(list)
-    for s, c, e, t in plan.x_keys:
-        var = x[s, c, e, t]
-        link = topo.links[e]
-        chunk = (s, c)
-        inflow[(chunk, link.dst, t + lat[e])].append(var)
-        into[(chunk, link.dst)].append((t + lat[e], var))
-        if link.src in holders[chunk]:
-            from_holders[chunk].append(var)
-        on_link[(e, t)].append(var)
-
-    nnz = 0
+    # Demands in the order of coll.demands (sorted), as positions and y windows.
+    dk = np.array([plan.chunks.index(chunk) for chunk, _ in coll.demands], dtype=np.int64)
+    dv = np.array([plan.nodes.index(v) for _, v in coll.demands], dtype=np.int64)
+    dlo, dhi = plan.ylo[dk, dv], plan.yhi[dk, dv]
+    demand_row = np.full((K, N), -1, dtype=np.int64)
+    demand_row[dk, dv] = np.arange(dk.size)
+    dkeys = _keys(plan, dk, nodes[dv])
 
     # (1): min over s of max is not what the paper optimises (section 1.2 says "the time from
     # the first send until all nodes hold all data"): min D with D >= every D_{s,v,c}.
     m.obj_1 = pyo.Objective(expr=m.D, sense=pyo.minimize, doc=_DOCS["obj_1"])
+    z_of_demand = demand_row[plan.zk, plan.zv]
+    arrival_terms: list[list[Any]] = [[] for _ in range(dk.size)]
+    for d, t, col in zip(z_of_demand.tolist(), plan.zt.tolist(), range(nx + ny, d_col), strict=True):
+        if t > 0:
+            arrival_terms[d].append(MonomialTermExpression((t, columns[col])))
+    arrival_of = dict(zip(dkeys, arrival_terms, strict=True))
     m.arrival = pyo.Expression(
-        [(chunk[0], chunk[1], v) for chunk, v in demands],
-        rule=lambda _m, s, c, v: pyo.quicksum(
-            t * z[s, c, v, t] for t in range(*_z_span(plan, (s, c), v)) if t > 0
-        ),
+        dkeys,
+        rule=lambda _m, s, c, v: LinearExpression(arrival_of[(s, c, v)]),
         doc="D_{s,v,c} = sum_t t * z_{s,v,c,t}: slot from which v holds the chunk (14)",
     )
+    nnz = 0
 
-    c2 = _Rows("c2_initial_hold", 3)
-    c3 = _Rows("c3_initial_empty", 3)
-    for chunk in coll.chunk_ids:
-        for v in topo.node_ids:
-            var = yv(chunk, v, 0)
-            if var is None:
-                continue  # not created: the sparse build treats it as the constant 0 of (3)
-            if v in holders[chunk]:
-                c2.add((chunk[0], chunk[1], v), [(1, var)], 1, 1)
-            else:
-                c3.add((chunk[0], chunk[1], v), [(1, var)], 0, 0)
-    nnz += _install(m, c2) + _install(m, c3)
+    # (2)/(3): y at slot 0, where it exists (the sparse build has none for non-holders: the
+    # constant 0 of (3)).
+    at0 = np.argwhere((plan.ylo == 0) & (plan.yhi >= 0))  # (k, v) in chunk-major order
+    for name, want in (("c2_initial_hold", True), ("c3_initial_empty", False)):
+        pick = at0[plan.held[at0[:, 0], at0[:, 1]] == want]
+        k, v = pick[:, 0], pick[:, 1]
+        rows = _Entries()
+        rows.add(np.arange(k.size), plan.y_col(k, v, np.zeros_like(k)), 1)
+        nnz += _install(m, form, rows.block(name, _keys(plan, k, nodes[v]), int(want), int(want)), 3)
 
     # (4) only for chunks someone needs; an empty row (no send can leave in time) is implied
     # infeasible by (6)+(8) of that chunk's demands, so it is left out.
-    c4 = _Rows("c4_source_sends", 2)
-    dem_chunks = sorted({chunk for chunk, _ in demands})
-    for chunk in dem_chunks:
-        sends = from_holders.get(chunk, [])
-        if sends:
-            c4.add(chunk, [(1, v) for v in sends], 1, None)
-    nnz += _install(m, c4)
+    from_holder = plan.held[plan.xk, plan.src[plan.xe]]
+    c4_chunks = np.unique(plan.xk[from_holder & np.isin(plan.xk, dk)])
+    c4_row = np.full(K, -1, dtype=np.int64)
+    c4_row[c4_chunks] = np.arange(c4_chunks.size)
+    pick = from_holder & (c4_row[plan.xk] >= 0)
+    rows = _Entries()
+    rows.add(c4_row[plan.xk[pick]], xcol[pick], 1)
+    nnz += _install(m, form, rows.block("c4_source_sends", _keys(plan, c4_chunks), 1, None), 2)
 
-    c5 = _Rows("c5_causality", 4)
-    for s, c, e, t in plan.x_keys:
-        holder = yv((s, c), topo.links[e].src, t)
-        if holder is None:  # only possible in a hand-broken plan; keep the row honest
-            raise AssertionError(f"x[{s},{c},{e},{t}] has no sender state y")
-        c5.add((s, c, e, t), [(1, x[s, c, e, t]), (-1, holder)], None, 0)
-    nnz += _install(m, c5)
+    holder_state = plan.y_exists(plan.xk, plan.src[plan.xe], plan.xt)
+    if not holder_state.all():  # only possible in a hand-broken plan; keep the row honest
+        j = int(np.flatnonzero(~holder_state)[0])
+        raise AssertionError(f"x{list(_keys(plan, plan.xk[j:j + 1], plan.xe[j:j + 1], plan.xt[j:j + 1])[0])}"
+                             " has no sender state y")
+    rows = _Entries()
+    rows.add(xcol, xcol, 1)
+    rows.add(xcol, plan.y_col(plan.xk, plan.src[plan.xe], plan.xt), -1)
+    nnz += _install(m, form, rows.block("c5_causality", list(m.X_INDEX), None, 0), 4)
 
-    c6 = _Rows("c6_buffer", 4)
-    c6_cut = _Rows("c6_buffer_cut_through", 4)
-    bufferless = instance.bufferless
-    for (chunk, v), (lo, hi) in plan.y_ranges.items():
-        passing = v in bufferless and v not in holders[chunk]
-        rows = c6_cut if passing else c6
-        for t in range(max(lo, 1), hi + 1):
-            terms: list[Term] = [(1, y[chunk[0], chunk[1], v, t])]
-            prev = None if passing else yv(chunk, v, t - 1)
-            if prev is not None:
-                terms.append((-1, prev))
-            terms.extend((-1, var) for var in inflow.get((chunk, v, t), ()))
-            rows.add((chunk[0], chunk[1], v, t), terms, 0, 0)
-    nnz += _install(m, c6)
-    if bufferless:
-        nnz += _install(m, c6_cut)
+    # (6) for every y with t >= 1: y_t - y_{t-1} - (sends arriving at t) = 0. At a cut-through
+    # switch that does not hold the chunk, the variant c6_buffer_cut_through drops y_{t-1}: the
+    # switch holds a chunk only in a slot in which it arrives (docs/model.md).
+    ycol = np.arange(nx, nx + ny, dtype=np.int64)
+    has_row = plan.yt >= 1
+    bufferless = np.isin(nodes, np.fromiter(instance.bufferless, dtype=np.int64))
+    passing = bufferless[plan.yv] & ~plan.held[plan.yk, plan.yv]
+    arrive = plan.xt + lat[plan.xe]
+    head = plan.dst[plan.xe]
+    lands_any = plan.y_exists(plan.xk, head, arrive)
+    target = np.where(lands_any, plan.y_col(plan.xk, head, arrive) - nx, 0)
+    for name, sel, carry in (
+        ("c6_buffer", has_row & ~passing, True),
+        ("c6_buffer_cut_through", has_row & passing, False),
+    ):
+        if not carry and not instance.bufferless:
+            continue
+        row_of_y = np.full(ny, -1, dtype=np.int64)
+        row_of_y[sel] = np.arange(int(sel.sum()))
+        rows = _Entries()
+        rows.add(row_of_y[sel], ycol[sel], 1)
+        if carry:
+            prev = sel & (plan.yt - 1 >= plan.ylo[plan.yk, plan.yv])
+            rows.add(row_of_y[prev], ycol[prev] - 1, -1)
+        lands = lands_any & (row_of_y[target] >= 0)
+        rows.add(row_of_y[target[lands]], xcol[lands], -1)
+        keys6 = _keys(plan, plan.yk[sel], nodes[plan.yv[sel]], plan.yt[sel])
+        nnz += _install(m, form, rows.block(name, keys6, 0, 0), 4)
 
     # (7) as a sliding window over the occupancy l_e: a send started in t' occupies the link
     # in t' .. t'+l_e-1. Rows with no more terms than omega cannot bind and are left out.
     # A send may start as late as H - L_e and occupies l_e slots; that ends before H except
     # for a cut-through hop (L_e = delta_e < l_e), whose last slots are still rows of (7).
-    occupied_until = max([H] + [H - lat[e] + occ[e] for e in range(topo.num_links)])
-    c7 = _Rows("c7_capacity", 2)
-    for e in range(topo.num_links):
-        for t in range(0, occupied_until):
-            terms = [
-                (1, var)
-                for q in range(max(0, t - occ[e] + 1), t + 1)
-                for var in on_link.get((e, q), ())
-            ]
-            cap = instance.omega(e, t)
-            if len(terms) > cap:
-                c7.add((e, t), terms, None, cap)
-    nnz += _install(m, c7)
+    E = topo.num_links
+    span = int(max(H, int(np.max(H - lat + occ)) if E else H))
+    code, xi, counts = _window_rows(plan, plan.xe, occ, span, E)
+    cap = np.repeat(np.asarray(instance.link_capacity, dtype=np.int64), span)
+    for e, q in instance.outage_set:
+        if q < span:
+            cap[e * span + q] = 0
+    kept = np.flatnonzero(counts > cap)
+    row_of_code = np.full(E * span, -1, dtype=np.int64)
+    row_of_code[kept] = np.arange(kept.size)
+    pick = row_of_code[code] >= 0
+    rows = _Entries()
+    rows.add(row_of_code[code[pick]], xi[pick], 1)
+    keys7 = list(zip((kept // span).tolist(), (kept % span).tolist(), strict=True))
+    nnz += _install(m, form, rows.block("c7_capacity", keys7, None, cap[kept]), 2)
 
-    c8 = _Rows("c8_receive", 3)
-    c9 = _Rows("c9_first_receive_once", 3)
-    c10 = _Rows("c10_first_receive_held", 4)
-    c11 = _Rows("c11_first_receive_new", 4)
-    c12 = _Rows("c12_first_receive_mark", 4)
-    c13 = _Rows("c13_first_receive_initial", 3)
-    c14 = _Rows("c14_makespan", 3)
-    for chunk, v in demands:
-        s, c = chunk
-        lo, hi = plan.y_ranges[(chunk, v)]
-        c8.add((s, c, v), [(1, y[s, c, v, t]) for t in range(lo, hi + 1)], 1, None)
-        c9.add((s, c, v), [(1, z[s, c, v, t]) for t in range(max(lo, 1), hi + 1)], 1, 1)
-        for t in range(max(lo, 1), hi + 1):
-            prev = yv(chunk, v, t - 1)
-            c10.add((s, c, v, t), [(1, z[s, c, v, t]), (-1, y[s, c, v, t])], None, 0)
-            if prev is not None:
-                c11.add((s, c, v, t), [(1, z[s, c, v, t]), (1, prev)], None, 1)
-            terms = [(1, z[s, c, v, t]), (-1, y[s, c, v, t])]
-            if prev is not None:
-                terms.append((1, prev))
-            c12.add((s, c, v, t), terms, 0, None)
-        if lo == 0:
-            c13.add((s, c, v), [(1, z[s, c, v, 0]), (-1, y[s, c, v, 0])], 0, 0)
-        c14.add((s, c, v), [(1, m.D)] + [(-t, z[s, c, v, t]) for t in range(max(lo, 1), hi + 1)], 0, None)
-    for rows in (c8, c9, c10, c11, c12, c13):
-        nnz += _install(m, rows)
-    # (14) through the named expression arrival[s, c, v] so the LP file reads like the paper;
-    # the term count is the same as the rows collected above.
-    m.c14_makespan_index = pyo.Set(initialize=list(c14.rows), dimen=3, ordered=pyo.Set.InsertionOrder)
-    m.c14_makespan = pyo.Constraint(
-        m.c14_makespan_index, rule=lambda _m, s, c, v: m.D - m.arrival[s, c, v] >= 0,
-        doc=_DOCS["c14_makespan"],
-    )
-    nnz += sum(len(t) for t, _, _ in c14.rows.values())
+    # (8)-(14) per demand (chunk, v): y window lo .. hi, z on the same window.
+    dy = np.arange(dk.size)
+    rows = _Entries()
+    owner, t = _expand(dlo, np.maximum(dhi - dlo + 1, 0))
+    rows.add(owner, plan.y_col(dk[owner], dv[owner], t), 1)
+    nnz += _install(m, form, rows.block("c8_receive", dkeys, 1, None), 3)
+    zcol = np.arange(nx + ny, d_col, dtype=np.int64)
+    zpos = plan.zt >= 1
+    zd = z_of_demand[zpos]
+    rows = _Entries()
+    rows.add(zd, zcol[zpos], 1)
+    nnz += _install(m, form, rows.block("c9_first_receive_once", dkeys, 1, 1), 3)
+    zk, zv, zt, zc = plan.zk[zpos], plan.zv[zpos], plan.zt[zpos], zcol[zpos]
+    zkeys = _keys(plan, zk, nodes[zv], zt)
+    y_t = plan.y_col(zk, zv, zt)
+    has_prev = zt - 1 >= plan.ylo[zk, zv]
+    r = np.arange(zk.size)
+    rows = _Entries()
+    rows.add(r, zc, 1)
+    rows.add(r, y_t, -1)
+    nnz += _install(m, form, rows.block("c10_first_receive_held", zkeys, None, 0), 4)
+    rows = _Entries()
+    rows.add(np.arange(int(has_prev.sum())), zc[has_prev], 1)
+    rows.add(np.arange(int(has_prev.sum())), y_t[has_prev] - 1, 1)
+    keys11 = [key for key, ok in zip(zkeys, has_prev.tolist(), strict=True) if ok]
+    nnz += _install(m, form, rows.block("c11_first_receive_new", keys11, None, 1), 4)
+    rows = _Entries()
+    rows.add(r, zc, 1)
+    rows.add(r, y_t, -1)
+    rows.add(r[has_prev], y_t[has_prev] - 1, 1)
+    nnz += _install(m, form, rows.block("c12_first_receive_mark", zkeys, 0, None), 4)
+    first0 = np.flatnonzero(dlo == 0)
+    rows = _Entries()
+    rows.add(np.arange(first0.size), plan.zcol0[dk[first0], dv[first0]], 1)
+    rows.add(np.arange(first0.size), plan.y_col(dk[first0], dv[first0], np.zeros_like(first0)), -1)
+    keys13 = [dkeys[i] for i in first0.tolist()]
+    nnz += _install(m, form, rows.block("c13_first_receive_initial", keys13, 0, 0), 3)
+    # (14) through the named expression arrival[s, c, v] so the LP file reads like the paper.
+    rows = _Entries()
+    rows.add(dy, np.full(dk.size, d_col), 1)
+    rows.add(zd, zcol[zpos], -plan.zt[zpos])
+    c14_relations = [m.D - m.arrival[key] >= 0 for key in dkeys]
+    nnz += _install(m, form, rows.block("c14_makespan", dkeys, 0, None), 3, c14_relations)
 
     if instance.single_port:
-        send = _Rows("single_port_send", 2)
-        recv = _Rows("single_port_receive", 2)
-        for node in topo.node_ids:
-            for rows, links in ((send, topo.out_links[node]), (recv, topo.in_links[node])):
-                for t in range(0, occupied_until):
-                    terms = [
-                        (1, var)
-                        for e in links
-                        for q in range(max(0, t - occ[e] + 1), t + 1)
-                        for var in on_link.get((e, q), ())
-                    ]
-                    if len(terms) > 1:
-                        rows.add((node, t), terms, None, 1)
-        nnz += _install(m, send) + _install(m, recv)
+        for name, end in (("single_port_send", plan.src), ("single_port_receive", plan.dst)):
+            code, xi, counts = _window_rows(plan, end[plan.xe], occ, span, N)
+            kept = np.flatnonzero(counts > 1)
+            row_of_code = np.full(N * span, -1, dtype=np.int64)
+            row_of_code[kept] = np.arange(kept.size)
+            pick = row_of_code[code] >= 0
+            rows = _Entries()
+            rows.add(row_of_code[code[pick]], xi[pick], 1)
+            keys_sp = list(zip(nodes[kept // span].tolist(), (kept % span).tolist(), strict=True))
+            nnz += _install(m, form, rows.block(name, keys_sp, None, 1), 2)
 
     used_lb: int | None = None
     if cuts:
@@ -495,16 +639,22 @@ def build_model(
             used_lb = lower_bound
             m.cut_lower_bound = pyo.Constraint(expr=(lower_bound, m.D, None), doc=_DOCS["cut_lower_bound"])
             nnz += 1
-        once = _Rows("cut_receive_once", 3)
-        by_send = _Rows("cut_arrival_by_send", 3)
-        for chunk, v in demands:
-            sends = into.get((chunk, v), [])
-            key = (chunk[0], chunk[1], v)
-            # an empty "== 1" row would be trivially infeasible; (8) already says so
-            if sends:
-                once.add(key, [(1, var) for _, var in sends], 1, 1)
-                by_send.add(key, [(1, m.D)] + [(-arr, var) for arr, var in sends], 0, None)
-        nnz += _install(m, once) + _install(m, by_send)
+        # every send into a demanded (chunk, v); an empty "== 1" row would be trivially
+        # infeasible, and (8) already says so
+        into = demand_row[plan.xk, head]
+        pick = into >= 0
+        have = np.unique(into[pick])
+        row_of_demand = np.full(dk.size, -1, dtype=np.int64)
+        row_of_demand[have] = np.arange(have.size)
+        keys_cut = [dkeys[i] for i in have.tolist()]
+        rows = _Entries()
+        rows.add(row_of_demand[into[pick]], xcol[pick], 1)
+        nnz += _install(m, form, rows.block("cut_receive_once", keys_cut, 1, 1), 3)
+        rows = _Entries()
+        rows.add(np.arange(have.size), np.full(have.size, d_col), 1)
+        rows.add(row_of_demand[into[pick]], xcol[pick], -arrive[pick])
+        nnz += _install(m, form, rows.block("cut_arrival_by_send", keys_cut, 0, None), 3)
+    attach(m, form)
 
     meta = ModelIndex(
         instance=instance,
@@ -519,11 +669,6 @@ def build_model(
     object.__setattr__(m, _META_ATTR, meta)
     log.debug("built %s: %s", m.name, model_size(m))
     return m
-
-
-def _z_span(plan: _Plan, chunk: Chunk, v: int) -> tuple[int, int]:
-    lo, hi = plan.y_ranges[(chunk, v)]
-    return lo, hi + 1
 
 
 # --------------------------------------------------------------------------- size and I/O
@@ -698,3 +843,41 @@ def hint_from_schedule(
         )
     values[model.D] = makespan
     return values
+
+
+# --------------------------------------------------------------------------- smaller horizons
+def horizon_restriction(model: pyo.ConcreteModel, horizon: int) -> list[VarData]:
+    """The variables to fix at 0 so that ``model`` (built for ``H``) is the model for ``horizon``.
+
+    The sparse windows of a smaller horizon ``h <= H`` are those of ``H`` shifted by
+    ``H - h`` at the late end (``latest`` is ``H`` minus a distance) and cut at ``h`` (no
+    arrival after ``h``); ``earliest`` does not depend on the horizon. So the model for
+    ``h`` is the model for ``H`` with every ``x[k, (u, w), t]`` with
+    ``t + L > latest_H(k, w) - (H - h)`` (dense: ``t + L > h``) and every ``z[.., t]`` with
+    ``t > h`` fixed at 0, and ``D <= h``: a later ``y`` then only repeats ``y[.., h]`` (no
+    send arrives after ``h``). Fixing these (and bounding ``D``) answers "is there a
+    schedule with ``D <= h``?" without building the model again; the tests compare the
+    free ``x`` with a fresh build for ``h``.
+
+    Raises
+    ------
+    ValidationError
+        ``horizon`` is not in ``1 .. H``.
+    """
+    meta = model_index(model)
+    H = meta.horizon
+    if not isinstance(horizon, int) or isinstance(horizon, bool) or not 1 <= horizon <= H:
+        raise ValidationError(f"horizon must be an integer in 1 .. {H}, got {horizon!r}")
+    if horizon == H:
+        return []
+    topo = meta.instance.topology
+    lat = [int(v) for v in meta.instance.latency]
+    heads = [link.dst for link in topo.links]
+    shift = H - horizon
+    out: list[VarData] = []
+    for (s, c, e, t), var in model.x.items():
+        last = horizon if meta.dense else meta.latest[((s, c), heads[e])] - shift
+        if t + lat[e] > last:
+            out.append(var)
+    out.extend(var for (_s, _c, _v, t), var in model.z.items() if t > horizon)
+    return out

@@ -105,9 +105,12 @@ chassis 1 MB): 0.34-0.37 KB per nonzero for the Pyomo model, 0.21-0.28 KB for th
 translated proto and 0.36-0.45 KB for CP-SAT's first seconds (presolve); rounded up to
 1.5 KB because CP-SAT's LP and clause database keep growing during the search."""
 
-SECONDS_PER_NONZERO = 1.5e-5
-"""Build plus translation time per nonzero on the development machines (measured 7.5-8 us
-for the Pyomo build and 5-6 us for the translation; rounded up)."""
+SECONDS_PER_NONZERO = 1.0e-5
+"""Build plus translation time per nonzero on the development machines: 3.5-7 us of CPU
+and 5-10 us of wall time at a load average of 6 on 2 cores (NDv2 2 chassis 64 KB, DGX2 2
+chassis 1 MB, AMD 2 chassis 1 GB, ``benchmarks/model_path.py``), the larger models being
+the cheaper per nonzero; the worst wall time is used. (Before the rows were built with
+numpy and translated from arrays it was 15 us.)"""
 
 
 @dataclass(frozen=True)
