@@ -119,8 +119,8 @@ def test_prove_above_the_bound_is_a_solver_proof() -> None:
 
 def test_warm_start_stops_when_the_heuristic_stagnates() -> None:
     """With a 300 s limit the old fixed share gave the heuristic 30 s on an instance where
-    it cannot reach the bound; budgeted by progress it stops after its first round that
-    does not improve (milliseconds here)."""
+    it cannot reach the bound; budgeted by progress it stops after WARM_START_PATIENCE
+    rounds in a row that do not improve (milliseconds here)."""
     inst = ABOVE["switch-broadcast-C2-16MB-single-port"]
     res = solve(inst, "milp", SolveOptions(time_limit=300))
     assert res.status == "optimal"
