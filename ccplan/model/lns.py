@@ -65,8 +65,9 @@ LNS_QUICK_SHARE = 0.25
 LNS_GROW, LNS_SHRINK = 1.5, 0.7
 """Factors of the adaptive neighbourhood size."""
 
-LNS_STALE_ROUNDS = 12
-"""Without a time limit, LNS stops after this many rounds in a row without an improvement."""
+LNS_STALE_ROUNDS = 8
+"""After this many rounds in a row without an improvement LNS stops (no time limit) or gives
+the heuristic another run (:func:`_better_start`, twice its first share) and goes on."""
 
 LNS_MIN_SECONDS = 1.0
 """No round is started with less time than this left."""
@@ -421,13 +422,15 @@ class LnsReport:
     seconds: float = 0.0
     stopped: str = ""
     last_size: int = 0
+    heuristic_runs: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"start_makespan": self.start_makespan, "makespan": self.makespan,
                 "rounds": self.rounds, "improvements": self.improvements,
                 "seconds": round(self.seconds, 3), "stopped": self.stopped,
-                "neighbourhood_chunks": self.last_size, "improvements_by_kind": dict(self.by_kind)}
+                "neighbourhood_chunks": self.last_size, "heuristic_runs": self.heuristic_runs,
+                "improvements_by_kind": dict(self.by_kind)}
 
 
 def _per_chunk_nonzeros(run: _Run, horizon: int) -> float:
@@ -448,28 +451,31 @@ def _fits(run: _Run, restriction: Restriction, horizon: int) -> tuple[bool, floa
     return ok, est.seconds
 
 
-def _better_start(run: _Run) -> None:
-    """Give the ``heuristic`` portfolio one longer run before LNS (:data:`LNS_HEURISTIC_SHARE`);
-    keep its schedule if it verifies and is better. Only when the warm start was that
-    portfolio (or the greedy fallback) and no explicit horizon or given schedule is in play."""
+def _better_start(run: _Run, share: float = LNS_HEURISTIC_SHARE, seed: int = 1) -> float:
+    """Give the ``heuristic`` portfolio a longer run (``share`` of the time left, at most
+    :data:`LNS_HEURISTIC_CAP` s); keep its schedule if it verifies and is better. Only when
+    the warm start was that portfolio (or the greedy fallback) and no explicit horizon or
+    given schedule is in play. Returns the seconds spent."""
     from ccplan.methods import SolveOptions, get_engine
 
     if run.options.horizon is not None or run.warm_method not in ("heuristic", "greedy"):
-        return
+        return 0.0
     if run.options.extra.get("warm_start_method", "heuristic") != "heuristic":
-        return
+        return 0.0
     remaining = run.remaining()
-    limit = 10.0 if remaining is None else min(LNS_HEURISTIC_CAP, LNS_HEURISTIC_SHARE * remaining)
+    limit = 10.0 if remaining is None else min(LNS_HEURISTIC_CAP, share * remaining)
     if limit < 1.0:
-        return
+        return 0.0
     try:
         engine = get_engine("heuristic")
     except (ValidationError, ImportError):
-        return
+        return 0.0
+    t0 = time.perf_counter()
     out = engine(run.instance, SolveOptions(time_limit=limit, workers=run.options.workers,
-                                            seed=run.options.seed + 1))
+                                            seed=run.options.seed + seed))
     if out.schedule is not None:
-        run.offer(out.schedule, "heuristic (before LNS)")
+        run.offer(out.schedule, "heuristic (LNS stalled)" if seed > 1 else "heuristic (before LNS)")
+    return time.perf_counter() - t0
 
 
 def lns_search(run: _Run, horizon: int) -> bool:
@@ -519,9 +525,22 @@ def lns_search(run: _Run, horizon: int) -> bool:
         if max_rounds is not None and report.rounds >= int(max_rounds):
             report.stopped = "round limit"
             break
-        if opts.time_limit is None and stale >= LNS_STALE_ROUNDS:
-            report.stopped = f"{stale} rounds without improvement"
-            break
+        if stale >= LNS_STALE_ROUNDS:
+            if opts.time_limit is None:
+                report.stopped = f"{stale} rounds without improvement"
+                break
+            # Stalled with time left: the heuristic gets another, longer run (on the largest
+            # models it improves more per second than rounds of a few chunks); LNS goes on
+            # from the better schedule.
+            report.heuristic_runs += 1
+            _better_start(run, share=2 * LNS_HEURISTIC_SHARE, seed=1 + report.heuristic_runs)
+            stale = 0
+            assert run.incumbent is not None
+            if score(instance, run.incumbent) < cur_score:
+                current = run.incumbent
+                cur_score = score(instance, current)
+                per_chunk = _per_chunk_nonzeros(run, cur_score[0])
+            continue
         remaining = run.remaining()
         if remaining is not None and remaining < LNS_MIN_SECONDS:
             report.stopped = "time limit"
