@@ -180,7 +180,7 @@ def test_refused_model_falls_back_to_lns() -> None:
     full = estimate_size(inst, m)
     budget = full.bytes // 3
     res = solve(inst, "milp", SolveOptions(time_limit=60, extra={
-        "warm_start_schedule": warm, "memory_budget": budget, "lns_rounds": 6,
+        "warm_start_schedule": warm, "memory_budget": budget, "lns_rounds": 4, "lns_slice": 3,
     }))
     assert res.verified and "memory budget" in res.details["fallback"]
     assert res.details["lns"]["rounds"] >= 1
@@ -199,7 +199,7 @@ def test_auto_hands_a_stalled_ascending_search_to_lns(monkeypatch: pytest.Monkey
     monkeypatch.setattr(exact, "AUTO_DIRECT_NONZEROS", 0)
     monkeypatch.setattr(exact, "AUTO_ASCENDING_SHARE", 1e-4)
     res = solve(inst, "milp", SolveOptions(time_limit=40, extra={
-        "warm_start_schedule": warm, "lns_rounds": 4,
+        "warm_start_schedule": warm, "lns_rounds": 2, "lns_slice": 3,
     }))
     assert res.verified
     assert res.details["strategy"] == "auto:ascending+lns"
@@ -219,7 +219,7 @@ def test_ctrl_c_in_an_lns_round_returns_the_verified_incumbent(monkeypatch: pyte
 
     monkeypatch.setattr(exact, "solve_model_with", interrupted)
     with pytest.raises(SolveInterrupted) as info:
-        solve(inst, "milp", SolveOptions(time_limit=30, extra={"strategy": "lns",
+        solve(inst, "milp", SolveOptions(time_limit=30, extra={"strategy": "lns", "lns_slice": 3,
                                                                "warm_start_schedule": warm}))
     result = info.value.result
     assert result is not None and result.verified
