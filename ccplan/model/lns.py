@@ -510,7 +510,11 @@ def lns_search(run: _Run, horizon: int) -> bool:
     t_start = time.perf_counter()
     from ccplan.model.size import BYTES_PER_NONZERO
 
-    per_chunk = _per_chunk_nonzeros(run, run.incumbent_makespan)
+    # The refused whole model's estimate (a horizon at most the incumbent's) answers this at
+    # no cost; a second estimate of a huge model would eat the time the fallback needs.
+    known = run.estimate.get("nonzeros")
+    n_all = max(1, len(instance.collective.chunk_ids))
+    per_chunk = known / n_all if known else _per_chunk_nonzeros(run, run.incumbent_makespan)
     if per_chunk * BYTES_PER_NONZERO > run.memory_budget:
         report.stopped = "one chunk's model does not fit the memory budget"
         return False
