@@ -16,8 +16,10 @@ Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an inc
    +1, ... on a model built for horizon h, so the first "yes" is optimal and every "no"
    raises the bound; ``descending`` asks the same questions downwards from the warm start,
    so the first "no" proves the incumbent optimal; ``auto`` (default) picks ``direct`` for
-   small models and ``ascending`` for large ones; ``extra["prove"]`` adds CP-SAT's own
-   refutation of "D <= m - 1" for the final makespan m;
+   small models and ``ascending`` for large ones (with a time limit: ascending for half of
+   it, then large-neighbourhood search, :mod:`ccplan.model.lns`, when the gap is open);
+   ``lns`` runs that search for the whole run, and a refused whole model falls back to it;
+   ``extra["prove"]`` adds CP-SAT's own refutation of "D <= m - 1" for the final makespan m;
 5. the backend (:data:`BACKENDS`): CP-SAT (default) or HiGHS (cross-checks);
 6. when the solver returns no incumbent but the heuristic schedule exists, that schedule is
    returned with status ``feasible`` (CP-SAT can time out in presolve even with a complete
@@ -862,8 +864,10 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         start meets the lower bound; default False), ``prove`` (CP-SAT refutes one slot
         below the result, ``details["proof"]``), ``memory_budget`` (bytes, default
         :func:`ccplan.limits.memory_budget`), ``progress_callback`` (elapsed, incumbent, bound,
-        gap), ``on_progress`` (elapsed, incumbent, bound). Ctrl-C returns the best verified
-        schedule with ``details["interrupted"] = True``.
+        gap), ``on_progress`` (elapsed, incumbent, bound), ``lns`` (False: no
+        large-neighbourhood search after a stall or a refusal), ``lns_rounds``,
+        ``lns_nonzeros``, ``lns_slice`` (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
+        the best verified schedule with ``details["interrupted"] = True``.
 
     Returns
     -------
