@@ -726,7 +726,8 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
         "--no-warm-start", action="store_true", help="do not hint the MILP with the heuristic schedule"
     )
     g.add_argument("--solver", help="Pyomo backend for --method milp: cpsat (default) or highs")
-    g.add_argument("--strategy", help="MILP search strategy: auto (default), ascending, descending or direct")
+    g.add_argument("--strategy", help="MILP search strategy: auto (default), ascending, descending, "
+                   "direct or lns (large neighbourhood search)")
     g.add_argument(
         "--cpsat-params", help="extra CP-SAT parameters in text format, e.g. 'linearization_level:2'"
     )

@@ -16,8 +16,10 @@ Pipeline (DESIGN.md: the heuristic hands the exact engine its horizon and an inc
    +1, ... on a model built for horizon h, so the first "yes" is optimal and every "no"
    raises the bound; ``descending`` asks the same questions downwards from the warm start,
    so the first "no" proves the incumbent optimal; ``auto`` (default) picks ``direct`` for
-   small models and ``ascending`` for large ones; ``extra["prove"]`` adds CP-SAT's own
-   refutation of "D <= m - 1" for the final makespan m;
+   small models and ``ascending`` for large ones (with a time limit: ascending for half of
+   it, then large-neighbourhood search, :mod:`ccplan.model.lns`, when the gap is open);
+   ``lns`` runs that search for the whole run, and a refused whole model falls back to it;
+   ``extra["prove"]`` adds CP-SAT's own refutation of "D <= m - 1" for the final makespan m;
 5. the backend (:data:`BACKENDS`): CP-SAT (default) or HiGHS (cross-checks);
 6. when the solver returns no incumbent but the heuristic schedule exists, that schedule is
    returned with status ``feasible`` (CP-SAT can time out in presolve even with a complete
@@ -353,11 +355,16 @@ class _Run:
     solver_infeasible: int | None = None  # largest h a model without the D >= LB row refuted
     question_top: int | None = None  # largest h the strategy may ask (one model answers all)
     question_model: tuple[Any, int, bool] | None = None  # (model, its horizon, D >= LB row)
+    soft_deadline: float | None = None  # perf_counter() by which a strategy hands over (auto)
+    lns_report: Any = None  # ccplan.model.lns.LnsReport of the last LNS run
 
     def remaining(self) -> float | None:
-        if self.options.time_limit is None:
-            return None
-        return self.options.time_limit - (time.perf_counter() - self.start)
+        now = time.perf_counter()
+        left = None if self.options.time_limit is None else self.options.time_limit - (now - self.start)
+        if self.soft_deadline is not None:
+            soft = self.soft_deadline - now
+            left = soft if left is None else min(left, soft)
+        return left
 
     def offer(self, schedule: Schedule, source: str) -> bool:
         """Keep ``schedule`` if it verifies and beats the incumbent."""
@@ -671,13 +678,55 @@ def _auto(run: _Run, horizon: int) -> None:
     est = estimate_size(run.instance, horizon, dense=bool(run.options.extra.get("dense", False)))
     chosen = "direct" if est.nonzeros <= AUTO_DIRECT_NONZEROS else "ascending"
     run.auto_choice = chosen
-    STRATEGIES[chosen](run, horizon)
+    if chosen == "direct" or run.options.time_limit is None or not run.options.extra.get("lns", True):
+        STRATEGIES[chosen](run, horizon)
+        return
+    _ascending_then_lns(run, horizon)
+
+
+AUTO_ASCENDING_SHARE = 0.5
+"""Under ``auto`` on a large model with a time limit, the ascending questions get this share
+of the time left; a question still open then is a stalled search, and LNS gets the rest."""
+
+
+def _ascending_then_lns(run: _Run, horizon: int) -> None:
+    """``ascending`` until :data:`AUTO_ASCENDING_SHARE` of the time left is used, then LNS
+    on the incumbent with the rest when the gap is still open (docs/exact.md, LNS section)."""
+    remaining = run.remaining()
+    assert remaining is not None
+    run.soft_deadline = time.perf_counter() + AUTO_ASCENDING_SHARE * remaining
+    try:
+        _ascending(run, horizon)
+    except _RefusedError as exc:
+        # A question's model does not fit the memory budget or the ascending share of the
+        # time: the refusal path (LNS, else the heuristic) with the whole time left.
+        run.soft_deadline = None
+        run.fallback = str(exc)
+        run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
+        run.auto_choice = "ascending+lns"
+        if not _lns_instead(run):
+            _heuristic_instead(run)
+        return
+    finally:
+        run.soft_deadline = None
+        run.question_model = None  # the questions' shared model is not LNS's: free it
+    if run.incumbent_makespan is not None and run.incumbent_makespan > run.global_bound:
+        run.auto_choice = "ascending+lns"
+        _lns(run, horizon)
+
+
+def _lns(run: _Run, horizon: int) -> None:
+    """Large neighbourhood search on the incumbent (:mod:`ccplan.model.lns`)."""
+    from ccplan.model.lns import lns_search
+
+    lns_search(run, horizon)
 
 
 Strategy = Callable[[_Run, int], None]
 
 STRATEGIES: dict[str, Strategy] = {
     "direct": _direct, "descending": _descending, "ascending": _ascending, "auto": _auto,
+    "lns": _lns,
 }
 """Search strategies of the ``milp`` engine (``extra["strategy"]``)."""
 
@@ -777,6 +826,16 @@ def _heuristic_instead(run: _Run) -> None:
                                             seed=run.options.seed + 1))
     if out.schedule is not None:
         run.offer(out.schedule, "heuristic (model refused)")
+
+
+def _lns_instead(run: _Run) -> bool:
+    """The whole model was refused: LNS re-optimises parts of the incumbent instead.
+    False when no neighbourhood model fits (the heuristic then gets the time)."""
+    from ccplan.model.lns import lns_search
+
+    if run.incumbent_makespan is None:
+        return False
+    return lns_search(run, run.incumbent_makespan)
 
 
 def _warm_start(
@@ -881,8 +940,10 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         below the result, ``details["proof"]``), ``memory_budget`` (bytes, default
         :func:`ccplan.limits.memory_budget`), ``reuse_model`` (default True: the "D <= h ?"
         questions of a run share one model and one translation), ``progress_callback``
-        (elapsed, incumbent, bound, gap), ``on_progress`` (elapsed, incumbent, bound). Ctrl-C
-        returns the best verified schedule with ``details["interrupted"] = True``.
+        (elapsed, incumbent, bound, gap), ``on_progress`` (elapsed, incumbent, bound), ``lns``
+        (False: no large-neighbourhood search after a stall or a refusal), ``lns_rounds``,
+        ``lns_nonzeros``, ``lns_slice`` (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
+        the best verified schedule with ``details["interrupted"] = True``.
 
     Returns
     -------
@@ -952,7 +1013,9 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
         log.warning("milp: %s; returning the best verified schedule", exc)
         try:
-            _heuristic_instead(run)
+            # LNS on models of a few chunks when they fit; else the heuristic gets the time
+            if not (options.extra.get("lns", True) and _lns_instead(run)):
+                _heuristic_instead(run)
         except KeyboardInterrupt:
             run.interrupted = True
     except KeyboardInterrupt:
@@ -1017,6 +1080,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         )
     if run.fallback is not None:
         details["fallback"] = run.fallback
+    if run.lns_report is not None:
+        details["lns"] = run.lns_report.as_dict()
     if run.interrupted:
         details["interrupted"] = True
     return Outcome(schedule=schedule, status=status, bound_slots=float(bound), details=details)
