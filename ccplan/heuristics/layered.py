@@ -188,6 +188,18 @@ def layered_schedule(
     have_arr = held_arr.copy()
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
                    pos, dmat, avail, wants, held_arr, have_arr, np.zeros(len(chunks), dtype=np.int64))
+    # lacking[j]: chunks the tail of link j holds and its head neither has nor awaits, kept up
+    # to date at arrivals and commits, so links (and receivers) with nothing to offer are
+    # skipped without building their candidate lists
+    tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
+    head_pos = np.array([pos[x] for x in head], dtype=np.intp)
+    # per node: (link, head) of its out-links and (link, tail) of its in-links, as positions;
+    # plain loops: a node has a handful of links and numpy's per-call cost would dominate
+    out_pairs = [[(j, pos[head[j]]) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, pos[tail[j]]) for j in topo.in_links[v]] for v in nodes]
+    state.head_pos = head_pos
+    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).astype(np.int64)
+    lacking_of = state.lacking
     for ci in range(len(chunks)):
         state.rescore(ci)
     pending: dict[int, list[tuple[int, int]]] = {}
@@ -206,6 +218,9 @@ def layered_schedule(
         for v, ci in pending.pop(t, ()):
             held[v].add(ci)
             held_arr[pos[v], ci] = True
+            for j, w in out_pairs[pos[v]]:
+                if not have_arr[w, ci]:
+                    lacking_of[j] += 1
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
         before = len(sends)
@@ -217,6 +232,9 @@ def layered_schedule(
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
             have_arr[pos[v], ci] = True
+            for j, u in in_pairs[pos[v]]:
+                if held_arr[u, ci]:
+                    lacking_of[j] -= 1
             holders_count[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
@@ -240,6 +258,9 @@ def layered_schedule(
         if nxt is None:
             raise CCPlanError(f"layered constructor is stuck at layer {t}: no transfer can make progress")
         t = nxt
+    # already chronological; sorting by the same key as Send's order makes Schedule's own
+    # sort a single pass (comparing Send objects is slow at a million sends)
+    sends.sort(key=lambda s: (s.slot, s.chunk, s.src, s.dst, s.reduce))
     return Schedule(tuple(sends), method="layered")
 
 
@@ -266,6 +287,12 @@ class _State:
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    lacking: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per link
+    head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
+
+    def active_receivers(self) -> list[int]:
+        """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
+        return np.unique(self.head_pos[self.lacking > 0]).tolist()
 
     def refresh(self, t: int) -> None:
         """Start layer ``t``: forget the cached arrival estimates."""
@@ -290,7 +317,8 @@ class _State:
             arg1 = np.argmin(eta, axis=1)
             eta1 = np.take_along_axis(eta, arg1[:, None, :], axis=1)[:, 0, :]
             two = eta.shape[1] >= 2
-            eta2 = np.partition(eta, 1, axis=1)[:, 1, :] if two else np.full_like(eta1, np.inf)
+            # a copy: a view would keep the whole (batch, V, V) partition alive through the cache
+            eta2 = np.partition(eta, 1, axis=1)[:, 1, :].copy() if two else np.full_like(eta1, np.inf)
             for k, ci in enumerate(part):
                 self.cache[ci] = (eta1[k], arg1[k], eta2[k])
         got = [self.cache[ci] for ci in cis]
@@ -391,10 +419,16 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
     """Without single-port, receivers only share chunks: one assignment per receiver, each
     committed at once so the next receivers see the chunk as less rare (otherwise every
     receiver picks the same rarest chunk and a bottleneck carries copies of one chunk)."""
-    for v in topo.node_ids:
+    nodes = topo.node_ids
+    lacking = st.lacking
+    # commits only lower ``lacking`` on the receiver's own in-links, so the set is fixed for the layer
+    for p in st.active_receivers():
+        v = nodes[p]
         units: list[int] = []
         cand: dict[int, np.ndarray] = {}
         for j in topo.in_links[v]:
+            if not lacking[j]:
+                continue
             u = topo.links[j].src
             free = res.free_units(j, t)
             if free <= 0:
@@ -436,7 +470,7 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
     best: dict[tuple[int, int], tuple[int, int]] = {}
     for j, link in enumerate(topo.links):
         u, v = link.src, link.dst
-        if res.free_units(j, t) <= 0:
+        if not st.lacking[j] or res.free_units(j, t) <= 0:
             continue
         cs = st.candidates(j, u, v, t)
         if not len(cs):
