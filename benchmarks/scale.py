@@ -15,10 +15,12 @@ Usage::
     python benchmarks/scale.py                                   # torus 16x16, 24x24; ndv2 32
     python benchmarks/scale.py --instances torus32 ndv2-128 --methods layered
     python benchmarks/scale.py --instances torus32 --methods layered --no-bound
+    python benchmarks/scale.py --instances dgx2-4 amd-4 --methods mteg layered cut-aware
     python benchmarks/scale.py --list
 
 Targets (2 cores): 1,024 GPUs (32x32 torus, NDv2 128 chassis) < 60 s and < 2 GB;
-4,096 GPUs (64x64 torus) < 10 min and < 8 GB; gap <= 5 % on torus and NDv2.
+4,096 GPUs (64x64 torus) < 10 min and < 8 GB; gap <= 5 % on torus and NDv2; DGX2 and AMD
+with 4 chassis: gap <= 10 % in < 10 s.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ccplan.instances import builtin as bt
+from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
+from ccplan.schedule.core import Schedule
 
 INSTANCES: dict[str, Callable[[], Topology]] = {
     "torus8": lambda: bt.torus2d(8, 8),
@@ -49,10 +53,14 @@ INSTANCES: dict[str, Callable[[], Topology]] = {
     "ndv2-32": lambda: bt.ndv2(32),
     "ndv2-72": lambda: bt.ndv2(72),
     "ndv2-128": lambda: bt.ndv2(128),
+    "dgx2-2": lambda: bt.dgx2(2),
     "dgx2-4": lambda: bt.dgx2(4),
+    "dgx2-8": lambda: bt.dgx2(8),
     "dgx2-16": lambda: bt.dgx2(16),
     "dgx2-64": lambda: bt.dgx2(64),
+    "amd-2": lambda: bt.amd(2),
     "amd-4": lambda: bt.amd(4),
+    "amd-8": lambda: bt.amd(8),
     "amd-16": lambda: bt.amd(16),
     "amd-64": lambda: bt.amd(64),
     "leaf-spine-16x16": lambda: bt.leaf_spine(16, 16, 8),
@@ -63,6 +71,31 @@ INSTANCES: dict[str, Callable[[], Topology]] = {
 DEFAULT = ("torus16", "torus24", "ndv2-32")
 
 
+def _layered(inst: Instance) -> Schedule:
+    from ccplan.heuristics.layered import layered_schedule
+
+    return layered_schedule(inst)
+
+
+def _mteg(inst: Instance) -> Schedule:
+    from ccplan.heuristics.mteg import mteg_schedule
+
+    return mteg_schedule(inst).schedule
+
+
+def _cut_aware(inst: Instance) -> Schedule:
+    from ccplan.heuristics.cutaware import cut_aware_schedule
+
+    return cut_aware_schedule(inst)
+
+
+ENGINES: dict[str, Callable[[Instance], Schedule]] = {
+    "layered": _layered,
+    "mteg": _mteg,
+    "cut-aware": _cut_aware,
+}
+
+
 def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     """Run one row in this process and return its fields (the parent prints them)."""
     from ccplan.instances import make_collective, make_instance
@@ -71,14 +104,7 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     topo = INSTANCES[name]()
     inst = make_instance(topo, make_collective("allgather", topo), size)
     t0 = time.perf_counter()
-    if method == "layered":
-        from ccplan.heuristics.layered import layered_schedule
-
-        schedule = layered_schedule(inst)
-    else:
-        from ccplan.heuristics.mteg import mteg_schedule
-
-        schedule = mteg_schedule(inst).schedule
+    schedule = ENGINES[method](inst)
     seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     report = verify(inst, schedule)
@@ -108,7 +134,7 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", nargs="+", default=list(DEFAULT), choices=list(INSTANCES))
-    ap.add_argument("--methods", nargs="+", default=["layered", "mteg"], choices=["layered", "mteg"])
+    ap.add_argument("--methods", nargs="+", default=["layered", "mteg"], choices=list(ENGINES))
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--no-bound", action="store_true", help="skip the lower bound (slow at scale)")
     ap.add_argument("--list", action="store_true", help="print the instance names and exit")
