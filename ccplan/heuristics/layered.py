@@ -218,9 +218,9 @@ def layered_schedule(
         for v, ci in pending.pop(t, ()):
             held[v].add(ci)
             held_arr[pos[v], ci] = True
-            for j, w in out_pairs[pos[v]]:
+            for k, w in out_pairs[pos[v]]:
                 if not have_arr[w, ci]:
-                    lacking_of[j] += 1
+                    lacking_of[k] += 1
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
         before = len(sends)
@@ -232,9 +232,9 @@ def layered_schedule(
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
             have_arr[pos[v], ci] = True
-            for j, u in in_pairs[pos[v]]:
+            for k, u in in_pairs[pos[v]]:
                 if held_arr[u, ci]:
-                    lacking_of[j] -= 1
+                    lacking_of[k] -= 1
             holders_count[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
