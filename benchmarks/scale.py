@@ -16,6 +16,7 @@ Usage::
     python benchmarks/scale.py --instances torus32 ndv2-128 --methods layered
     python benchmarks/scale.py --instances torus32 --methods layered --no-bound
     python benchmarks/scale.py --instances dgx2-4 amd-4 --methods mteg layered cut-aware
+    python benchmarks/scale.py --instances torus32 --methods layered --progress   # notes every 10 s
     python benchmarks/scale.py --list
 
 Targets (2 cores): 1,024 GPUs (32x32 torus, NDv2 128 chassis) < 60 s and < 2 GB;
@@ -138,12 +139,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--no-bound", action="store_true", help="skip the lower bound (slow at scale)")
     ap.add_argument("--list", action="store_true", help="print the instance names and exit")
+    ap.add_argument("--progress", action="store_true", help="show the engines' progress notes (stderr)")
     ap.add_argument("--one", nargs=2, metavar=("INSTANCE", "METHOD"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(INSTANCES))
         return
     if args.one:
+        if args.progress:
+            import logging
+
+            logging.basicConfig(level=logging.INFO, format="  %(message)s")
         print(json.dumps(_one(args.one[0], args.one[1], args.size, not args.no_bound)))
         return
 
@@ -157,9 +163,13 @@ def main(argv: list[str] | None = None) -> None:
             cmd = [sys.executable, __file__, "--one", name, method, "--size", args.size]
             if args.no_bound:
                 cmd.append("--no-bound")
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if args.progress:
+                cmd.append("--progress")
+            err = None if args.progress else subprocess.PIPE
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, check=False)
             if proc.returncode != 0:
-                print(f"{name:18} {method:8} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+                why = (proc.stderr or "see above").strip().splitlines()[-1:]
+                print(f"{name:18} {method:8} failed: {why}", flush=True)
                 continue
             row = json.loads(proc.stdout.strip().splitlines()[-1])
             lb = row["bound"]

@@ -56,7 +56,7 @@ from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
 
-_CROSS = -1  # scope of a crossing search (fan-out scopes are cluster labels >= 0)
+_PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,18 @@ def cut_aware_schedule(
             search(ci, lvl, k)
 
     sends: list[Send] = []
+    def deliveries_left() -> int:
+        return sum(n for st in state for (lvl, _), n in st.wanting.items() if lvl == depth)
+
+    total = deliveries_left()
+    started = time.perf_counter()
+    next_note = started + _PROGRESS_EVERY
     while heap:
+        if time.perf_counter() >= next_note:
+            # long runs say how far they are; the CLI shows it with -v
+            next_note += _PROGRESS_EVERY
+            log.info("cut-aware: %d of %d deliveries done, %.0f s", total - deliveries_left(), total,
+                     time.perf_counter() - started)
         _, y, ci, lvl, scope, ver = heapq.heappop(heap)
         st = state[ci]
         if ver != st.version.get((lvl, scope)) or (lvl + 1, levels[lvl + 1][y]) in st.entered:

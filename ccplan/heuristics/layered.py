@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 _Commit = Callable[[int, int], None]
 
 _ETA_CELLS = 8_000_000  # float64 cells of one batch of arrival estimates (64 MB)
+_PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 
 
@@ -211,8 +212,16 @@ def layered_schedule(
     # slots at which something can change besides an arrival: a link frees up (end of a send
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
+    total = left
+    started = time.perf_counter()
+    next_note = started + _PROGRESS_EVERY
     while left > 0:
         deadline.check()
+        if time.perf_counter() >= next_note:
+            # long runs (thousands of GPUs) say how far they are; the CLI shows it with -v
+            next_note += _PROGRESS_EVERY
+            log.info("layered: layer %d, %d of %d deliveries done, %.0f s", t, total - left, total,
+                     time.perf_counter() - started)
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
