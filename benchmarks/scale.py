@@ -132,6 +132,22 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     }
 
 
+CSV_FIELDS = ("instance", "method", "size", "gpus", "makespan", "bound", "seconds", "verify_s", "bound_s",
+              "sends", "peak_mb", "load")
+
+
+def _append_csv(path: Path, row: dict[str, object]) -> None:
+    """Append one row (header first when the file is new)."""
+    import csv
+
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", nargs="+", default=list(DEFAULT), choices=list(INSTANCES))
@@ -140,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-bound", action="store_true", help="skip the lower bound (slow at scale)")
     ap.add_argument("--list", action="store_true", help="print the instance names and exit")
     ap.add_argument("--progress", action="store_true", help="show the engines' progress notes (stderr)")
+    ap.add_argument("--csv", help="also append the rows to this CSV file (input of scripts/fig_scale.py)")
     ap.add_argument("--one", nargs=2, metavar=("INSTANCE", "METHOD"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.list:
@@ -172,6 +189,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{name:18} {method:8} failed: {why}", flush=True)
                 continue
             row = json.loads(proc.stdout.strip().splitlines()[-1])
+            if args.csv:
+                _append_csv(Path(args.csv), {"instance": name, "method": method, "size": args.size,
+                                             "load": os.getloadavg()[0], **row})
             lb = row["bound"]
             gap = "-" if not lb else f"{100.0 * (row['makespan'] - lb) / lb:.1f}"
             bound_s = "-" if row["bound_s"] is None else f"{row['bound_s']:.1f}"
