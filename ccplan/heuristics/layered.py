@@ -194,12 +194,12 @@ def layered_schedule(
     # skipped without building their candidate lists
     tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
     head_pos = np.array([pos[x] for x in head], dtype=np.intp)
-    # per node: (link, head) of its out-links and (link, tail) of its in-links, as positions;
-    # plain loops: a node has a handful of links and numpy's per-call cost would dominate
-    out_pairs = [[(j, pos[head[j]]) for j in topo.out_links[v]] for v in nodes]
-    in_pairs = [[(j, pos[tail[j]]) for j in topo.in_links[v]] for v in nodes]
+    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
+    # plain loops over the sets: a node has a handful of links and numpy's per-call cost would dominate
+    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
     state.head_pos = head_pos
-    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).astype(np.int64)
+    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
     lacking_of = state.lacking
     for ci in range(len(chunks)):
         state.rescore(ci)
@@ -228,7 +228,7 @@ def layered_schedule(
             held[v].add(ci)
             held_arr[pos[v], ci] = True
             for k, w in out_pairs[pos[v]]:
-                if not have_arr[w, ci]:
+                if ci not in have[w]:
                     lacking_of[k] += 1
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
@@ -242,7 +242,7 @@ def layered_schedule(
             have[v].add(ci)
             have_arr[pos[v], ci] = True
             for k, u in in_pairs[pos[v]]:
-                if held_arr[u, ci]:
+                if ci in held[u]:
                     lacking_of[k] -= 1
             holders_count[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
@@ -296,12 +296,12 @@ class _State:
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    lacking: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # per link
+    lacking: list[int] = field(default_factory=list)  # per link (a list: updated one entry at a time)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
 
     def active_receivers(self) -> list[int]:
         """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
-        return np.unique(self.head_pos[self.lacking > 0]).tolist()
+        return np.unique(self.head_pos[np.asarray(self.lacking) > 0]).tolist()
 
     def refresh(self, t: int) -> None:
         """Start layer ``t``: forget the cached arrival estimates."""
