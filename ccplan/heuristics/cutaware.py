@@ -292,7 +292,7 @@ def cut_aware_schedule(
     while heap:
         if time.perf_counter() >= next_note:
             # long runs say how far they are; the CLI shows it with -v
-            next_note += _PROGRESS_EVERY
+            next_note = time.perf_counter() + _PROGRESS_EVERY
             log.info("cut-aware: %d of %d deliveries done, %.0f s", total - deliveries_left(), total,
                      time.perf_counter() - started)
         _, y, ci, lvl, scope, ver = heapq.heappop(heap)

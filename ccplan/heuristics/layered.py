@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 _Commit = Callable[[int, int], None]
 
-_ETA_CELLS = 8_000_000  # float64 cells of one batch of arrival estimates (64 MB)
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 
@@ -219,7 +218,7 @@ def layered_schedule(
         deadline.check()
         if time.perf_counter() >= next_note:
             # long runs (thousands of GPUs) say how far they are; the CLI shows it with -v
-            next_note += _PROGRESS_EVERY
+            next_note = time.perf_counter() + _PROGRESS_EVERY
             log.info("layered: layer %d, %d of %d deliveries done, %.0f s", t, total - left, total,
                      time.perf_counter() - started)
         if t > limit:
@@ -315,21 +314,18 @@ class _State:
     def _eta(self, cis: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per chunk of ``cis`` and target: the earliest slot some copy could get there (best,
         which node gives it, second best), computed on demand and cached for the layer."""
-        missing = [ci for ci in cis if ci not in self.cache]
-        # the (chunks, V, V) intermediate is built a few chunks at a time: about 64 MB at most
-        batch = max(1, _ETA_CELLS // max(1, self.dmat.size))
-        for lo in range(0, len(missing), batch):
-            part = missing[lo:lo + batch]
-            rows = np.asarray(part)
-            start = np.maximum(self.avail[rows], self.now)
-            eta = start[:, :, None] + self.dmat[None, :, :]
-            arg1 = np.argmin(eta, axis=1)
-            eta1 = np.take_along_axis(eta, arg1[:, None, :], axis=1)[:, 0, :]
-            two = eta.shape[1] >= 2
-            # a copy: a view would keep the whole (batch, V, V) partition alive through the cache
-            eta2 = np.partition(eta, 1, axis=1)[:, 1, :].copy() if two else np.full_like(eta1, np.inf)
-            for k, ci in enumerate(part):
-                self.cache[ci] = (eta1[k], arg1[k], eta2[k])
+        for ci in cis:
+            if ci in self.cache:
+                continue
+            # only nodes that hold the chunk or have it in flight can give it: the other rows
+            # of the (V, V) table are inf, so dropping them changes no minimum and no argmin
+            # of a target some holder reaches (the only ones the relay test reads)
+            rows = np.flatnonzero(np.isfinite(self.avail[ci]))
+            eta = np.maximum(self.avail[ci, rows], self.now)[:, None] + self.dmat[rows]
+            best = np.argmin(eta, axis=0)
+            eta1 = eta[best, np.arange(eta.shape[1])]
+            eta2 = np.partition(eta, 1, axis=0)[1] if len(rows) >= 2 else np.full_like(eta1, np.inf)
+            self.cache[ci] = (eta1, rows[best], eta2)
         got = [self.cache[ci] for ci in cis]
         return (np.array([g[0] for g in got]), np.array([g[1] for g in got]), np.array([g[2] for g in got]))
 
