@@ -51,6 +51,8 @@ INSTANCES: dict[str, Callable[[], Topology]] = {
     "torus64": lambda: bt.torus2d(64, 64),
     "mesh16": lambda: bt.mesh2d(16, 16),
     "mesh32": lambda: bt.mesh2d(32, 32),
+    "ndv2-8": lambda: bt.ndv2(8),
+    "ndv2-16": lambda: bt.ndv2(16),
     "ndv2-32": lambda: bt.ndv2(32),
     "ndv2-72": lambda: bt.ndv2(72),
     "ndv2-128": lambda: bt.ndv2(128),

@@ -1,8 +1,9 @@
 """Solve time and gap to the lower bound against GPUs (AllGather, C = 1), per family and method.
 
-    python benchmarks/scale.py --instances torus8 torus16 torus24 torus32 ndv2-8 ndv2-16 ndv2-32 \\
-        dgx2-2 dgx2-4 dgx2-8 amd-2 amd-4 amd-8 --methods layered mteg cut-aware \\
-        --csv sweeps/results/scale.csv
+    python benchmarks/scale.py --instances dgx2-2 dgx2-4 amd-2 amd-4 \\
+        --methods mteg layered cut-aware --csv sweeps/results/scale.csv
+    python benchmarks/scale.py --instances torus8 torus16 ndv2-8 ndv2-16 \\
+        --methods mteg layered --csv sweeps/results/scale.csv
     python scripts/fig_scale.py [--results sweeps/results/scale.csv]
 
 Reads the rows ``benchmarks/scale.py --csv`` appended (one per instance and method; the
