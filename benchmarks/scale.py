@@ -15,10 +15,13 @@ Usage::
     python benchmarks/scale.py                                   # torus 16x16, 24x24; ndv2 32
     python benchmarks/scale.py --instances torus32 ndv2-128 --methods layered
     python benchmarks/scale.py --instances torus32 --methods layered --no-bound
+    python benchmarks/scale.py --instances dgx2-4 amd-4 --methods mteg layered cut-aware
+    python benchmarks/scale.py --instances torus32 --methods layered --progress   # notes every 10 s
     python benchmarks/scale.py --list
 
 Targets (2 cores): 1,024 GPUs (32x32 torus, NDv2 128 chassis) < 60 s and < 2 GB;
-4,096 GPUs (64x64 torus) < 10 min and < 8 GB; gap <= 5 % on torus and NDv2.
+4,096 GPUs (64x64 torus) < 10 min and < 8 GB; gap <= 5 % on torus and NDv2; DGX2 and AMD
+with 4 chassis: gap <= 10 % in < 10 s.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ccplan.instances import builtin as bt
+from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
+from ccplan.schedule.core import Schedule
 
 INSTANCES: dict[str, Callable[[], Topology]] = {
     "torus8": lambda: bt.torus2d(8, 8),
@@ -46,13 +51,19 @@ INSTANCES: dict[str, Callable[[], Topology]] = {
     "torus64": lambda: bt.torus2d(64, 64),
     "mesh16": lambda: bt.mesh2d(16, 16),
     "mesh32": lambda: bt.mesh2d(32, 32),
+    "ndv2-8": lambda: bt.ndv2(8),
+    "ndv2-16": lambda: bt.ndv2(16),
     "ndv2-32": lambda: bt.ndv2(32),
     "ndv2-72": lambda: bt.ndv2(72),
     "ndv2-128": lambda: bt.ndv2(128),
+    "dgx2-2": lambda: bt.dgx2(2),
     "dgx2-4": lambda: bt.dgx2(4),
+    "dgx2-8": lambda: bt.dgx2(8),
     "dgx2-16": lambda: bt.dgx2(16),
     "dgx2-64": lambda: bt.dgx2(64),
+    "amd-2": lambda: bt.amd(2),
     "amd-4": lambda: bt.amd(4),
+    "amd-8": lambda: bt.amd(8),
     "amd-16": lambda: bt.amd(16),
     "amd-64": lambda: bt.amd(64),
     "leaf-spine-16x16": lambda: bt.leaf_spine(16, 16, 8),
@@ -63,6 +74,31 @@ INSTANCES: dict[str, Callable[[], Topology]] = {
 DEFAULT = ("torus16", "torus24", "ndv2-32")
 
 
+def _layered(inst: Instance) -> Schedule:
+    from ccplan.heuristics.layered import layered_schedule
+
+    return layered_schedule(inst)
+
+
+def _mteg(inst: Instance) -> Schedule:
+    from ccplan.heuristics.mteg import mteg_schedule
+
+    return mteg_schedule(inst).schedule
+
+
+def _cut_aware(inst: Instance) -> Schedule:
+    from ccplan.heuristics.cutaware import cut_aware_schedule
+
+    return cut_aware_schedule(inst)
+
+
+ENGINES: dict[str, Callable[[Instance], Schedule]] = {
+    "layered": _layered,
+    "mteg": _mteg,
+    "cut-aware": _cut_aware,
+}
+
+
 def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     """Run one row in this process and return its fields (the parent prints them)."""
     from ccplan.instances import make_collective, make_instance
@@ -71,14 +107,7 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     topo = INSTANCES[name]()
     inst = make_instance(topo, make_collective("allgather", topo), size)
     t0 = time.perf_counter()
-    if method == "layered":
-        from ccplan.heuristics.layered import layered_schedule
-
-        schedule = layered_schedule(inst)
-    else:
-        from ccplan.heuristics.mteg import mteg_schedule
-
-        schedule = mteg_schedule(inst).schedule
+    schedule = ENGINES[method](inst)
     seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     report = verify(inst, schedule)
@@ -105,19 +134,41 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     }
 
 
+CSV_FIELDS = ("instance", "method", "size", "gpus", "makespan", "bound", "seconds", "verify_s", "bound_s",
+              "sends", "peak_mb", "load")
+
+
+def _append_csv(path: Path, row: dict[str, object]) -> None:
+    """Append one row (header first when the file is new)."""
+    import csv
+
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--instances", nargs="+", default=list(DEFAULT), choices=list(INSTANCES))
-    ap.add_argument("--methods", nargs="+", default=["layered", "mteg"], choices=["layered", "mteg"])
+    ap.add_argument("--methods", nargs="+", default=["layered", "mteg"], choices=list(ENGINES))
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--no-bound", action="store_true", help="skip the lower bound (slow at scale)")
     ap.add_argument("--list", action="store_true", help="print the instance names and exit")
+    ap.add_argument("--progress", action="store_true", help="show the engines' progress notes (stderr)")
+    ap.add_argument("--csv", help="also append the rows to this CSV file (input of scripts/fig_scale.py)")
     ap.add_argument("--one", nargs=2, metavar=("INSTANCE", "METHOD"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(INSTANCES))
         return
     if args.one:
+        if args.progress:
+            import logging
+
+            logging.basicConfig(level=logging.INFO, format="  %(message)s")
         print(json.dumps(_one(args.one[0], args.one[1], args.size, not args.no_bound)))
         return
 
@@ -131,11 +182,18 @@ def main(argv: list[str] | None = None) -> None:
             cmd = [sys.executable, __file__, "--one", name, method, "--size", args.size]
             if args.no_bound:
                 cmd.append("--no-bound")
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if args.progress:
+                cmd.append("--progress")
+            err = None if args.progress else subprocess.PIPE
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, check=False)
             if proc.returncode != 0:
-                print(f"{name:18} {method:8} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+                why = (proc.stderr or "see above").strip().splitlines()[-1:]
+                print(f"{name:18} {method:8} failed: {why}", flush=True)
                 continue
             row = json.loads(proc.stdout.strip().splitlines()[-1])
+            if args.csv:
+                _append_csv(Path(args.csv), {"instance": name, "method": method, "size": args.size,
+                                             "load": os.getloadavg()[0], **row})
             lb = row["bound"]
             gap = "-" if not lb else f"{100.0 * (row['makespan'] - lb) / lb:.1f}"
             bound_s = "-" if row["bound_s"] is None else f"{row['bound_s']:.1f}"

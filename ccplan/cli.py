@@ -745,7 +745,7 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
         "estimated to need more memory than this, e.g. 3GB (same as the global option)",
     )
     g = p.add_argument_group("output")
-    g.add_argument("--out", help="write the schedule JSON here")
+    g.add_argument("--out", help="write the schedule here (JSON; a name ending in .npz: columnar file)")
     g.add_argument("--report", help="write the result JSON here")
     g.add_argument("--log", help="write the solver's full search log here")
     g.add_argument("--progress", help="write the incumbent/bound trajectory as CSV here")

@@ -368,6 +368,7 @@ for _name, _module in {
     "milp": "ccplan.model.exact",
     "mteg": "ccplan.heuristics.mteg",
     "layered": "ccplan.heuristics.layered",
+    "cut-aware": "ccplan.heuristics.cutaware",
     "heuristic": "ccplan.heuristics.search",
     "multitree": "ccplan.heuristics.multitree",
     "cluster-allreduce": "ccplan.heuristics.multitree",

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 _Commit = Callable[[int, int], None]
 
-_ETA_CELLS = 8_000_000  # float64 cells of one batch of arrival estimates (64 MB)
+_PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 
 
@@ -188,6 +188,18 @@ def layered_schedule(
     have_arr = held_arr.copy()
     state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
                    pos, dmat, avail, wants, held_arr, have_arr, np.zeros(len(chunks), dtype=np.int64))
+    # lacking[j]: chunks the tail of link j holds and its head neither has nor awaits, kept up
+    # to date at arrivals and commits, so links (and receivers) with nothing to offer are
+    # skipped without building their candidate lists
+    tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
+    head_pos = np.array([pos[x] for x in head], dtype=np.intp)
+    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
+    # plain loops over the sets: a node has a handful of links and numpy's per-call cost would dominate
+    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
+    state.head_pos = head_pos
+    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
+    lacking_of = state.lacking
     for ci in range(len(chunks)):
         state.rescore(ci)
     pending: dict[int, list[tuple[int, int]]] = {}
@@ -199,13 +211,24 @@ def layered_schedule(
     # slots at which something can change besides an arrival: a link frees up (end of a send
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
+    total = left
+    started = time.perf_counter()
+    next_note = started + _PROGRESS_EVERY
     while left > 0:
         deadline.check()
+        if time.perf_counter() >= next_note:
+            # long runs (thousands of GPUs) say how far they are; the CLI shows it with -v
+            next_note = time.perf_counter() + _PROGRESS_EVERY
+            log.info("layered: layer %d, %d of %d deliveries done, %.0f s", t, total - left, total,
+                     time.perf_counter() - started)
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
             held[v].add(ci)
             held_arr[pos[v], ci] = True
+            for k, w in out_pairs[pos[v]]:
+                if ci not in have[w]:
+                    lacking_of[k] += 1
         match = _match_single_port if instance.single_port else _match_per_receiver
         state.refresh(t)
         before = len(sends)
@@ -217,6 +240,9 @@ def layered_schedule(
             sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
             have[v].add(ci)
             have_arr[pos[v], ci] = True
+            for k, u in in_pairs[pos[v]]:
+                if ci in held[u]:
+                    lacking_of[k] -= 1
             holders_count[ci] += 1
             pending.setdefault(t + lat[j], []).append((v, ci))
             heapq.heappush(events, t + occ[j])
@@ -240,6 +266,9 @@ def layered_schedule(
         if nxt is None:
             raise CCPlanError(f"layered constructor is stuck at layer {t}: no transfer can make progress")
         t = nxt
+    # already chronological; sorting by the same key as Send's order makes Schedule's own
+    # sort a single pass (comparing Send objects is slow at a million sends)
+    sends.sort(key=lambda s: (s.slot, s.chunk, s.src, s.dst, s.reduce))
     return Schedule(tuple(sends), method="layered")
 
 
@@ -266,6 +295,12 @@ class _State:
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    lacking: list[int] = field(default_factory=list)  # per link (a list: updated one entry at a time)
+    head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
+
+    def active_receivers(self) -> list[int]:
+        """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
+        return np.unique(self.head_pos[np.asarray(self.lacking) > 0]).tolist()
 
     def refresh(self, t: int) -> None:
         """Start layer ``t``: forget the cached arrival estimates."""
@@ -279,20 +314,18 @@ class _State:
     def _eta(self, cis: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per chunk of ``cis`` and target: the earliest slot some copy could get there (best,
         which node gives it, second best), computed on demand and cached for the layer."""
-        missing = [ci for ci in cis if ci not in self.cache]
-        # the (chunks, V, V) intermediate is built a few chunks at a time: about 64 MB at most
-        batch = max(1, _ETA_CELLS // max(1, self.dmat.size))
-        for lo in range(0, len(missing), batch):
-            part = missing[lo:lo + batch]
-            rows = np.asarray(part)
-            start = np.maximum(self.avail[rows], self.now)
-            eta = start[:, :, None] + self.dmat[None, :, :]
-            arg1 = np.argmin(eta, axis=1)
-            eta1 = np.take_along_axis(eta, arg1[:, None, :], axis=1)[:, 0, :]
-            two = eta.shape[1] >= 2
-            eta2 = np.partition(eta, 1, axis=1)[:, 1, :] if two else np.full_like(eta1, np.inf)
-            for k, ci in enumerate(part):
-                self.cache[ci] = (eta1[k], arg1[k], eta2[k])
+        for ci in cis:
+            if ci in self.cache:
+                continue
+            # only nodes that hold the chunk or have it in flight can give it: the other rows
+            # of the (V, V) table are inf, so dropping them changes no minimum and no argmin
+            # of a target some holder reaches (the only ones the relay test reads)
+            rows = np.flatnonzero(np.isfinite(self.avail[ci]))
+            eta = np.maximum(self.avail[ci, rows], self.now)[:, None] + self.dmat[rows]
+            best = np.argmin(eta, axis=0)
+            eta1 = eta[best, np.arange(eta.shape[1])]
+            eta2 = np.partition(eta, 1, axis=0)[1] if len(rows) >= 2 else np.full_like(eta1, np.inf)
+            self.cache[ci] = (eta1, rows[best], eta2)
         got = [self.cache[ci] for ci in cis]
         return (np.array([g[0] for g in got]), np.array([g[1] for g in got]), np.array([g[2] for g in got]))
 
@@ -338,7 +371,7 @@ class _State:
         """
         srcs, rival, row_of = self._in_facts(v, topo)
         c = np.asarray(cols, dtype=np.intp)
-        held_in = self.held_arr[np.ix_(srcs, c)].astype(np.int64)
+        held_in = self.held_arr[srcs[:, None], c[None, :]].astype(np.int64)  # np.ix_ is slower here
         others = rival[[row_of[j] for j in links]] @ held_in
         exclusive = np.maximum(0, 9 - others)
         chunk_terms = self.wants[c, self.pos[v]] * 10**8 + self.chunk_score[c]
@@ -391,10 +424,16 @@ def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, c
     """Without single-port, receivers only share chunks: one assignment per receiver, each
     committed at once so the next receivers see the chunk as less rare (otherwise every
     receiver picks the same rarest chunk and a bottleneck carries copies of one chunk)."""
-    for v in topo.node_ids:
+    nodes = topo.node_ids
+    lacking = st.lacking
+    # commits only lower ``lacking`` on the receiver's own in-links, so the set is fixed for the layer
+    for p in st.active_receivers():
+        v = nodes[p]
         units: list[int] = []
         cand: dict[int, np.ndarray] = {}
         for j in topo.in_links[v]:
+            if not lacking[j]:
+                continue
             u = topo.links[j].src
             free = res.free_units(j, t)
             if free <= 0:
@@ -436,7 +475,7 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
     best: dict[tuple[int, int], tuple[int, int]] = {}
     for j, link in enumerate(topo.links):
         u, v = link.src, link.dst
-        if res.free_units(j, t) <= 0:
+        if not st.lacking[j] or res.free_units(j, t) <= 0:
             continue
         cs = st.candidates(j, u, v, t)
         if not len(cs):

@@ -9,6 +9,8 @@ this order until the budget is spent or a schedule reaches the lower bound of
 2. MTEGCCA with earliest-arrival TM selection; per-chunk trees with interleaved chunk order
    (both selections; only when a task has several chunks);
 3. the layered constructor of ``002_*.txt`` (:mod:`ccplan.heuristics.layered`), slack 0 and 1;
+   on machines whose slowest links separate chassis, the cut-aware list schedule
+   (:mod:`ccplan.heuristics.cutaware`: one copy per chunk across each chassis cut);
 4. reverse task order (both selections);
 5. "squeaky wheel": rerun the best MTEG variant with the tasks whose deliveries finished
    last moved to the front (they get the link-slots first), repeated while it helps;
@@ -48,6 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ccplan.errors import CCPlanError, ValidationError
+from ccplan.heuristics.cutaware import CutAwareOptions, cut_aware_schedule, has_chassis
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
     MtegOptions,
@@ -195,6 +198,9 @@ def heuristic_search(
     def layered(opts: LayeredOptions) -> None:
         consider(opts.label(), lambda: layered_schedule(instance, opts, stage_deadline()))
 
+    def cut_aware(opts: CutAwareOptions) -> None:
+        consider(opts.label(), lambda: cut_aware_schedule(instance, opts, stage_deadline()))
+
     def done() -> bool:
         return best is not None and best.makespan <= bound
 
@@ -223,7 +229,9 @@ def heuristic_search(
     def run_all() -> None:
         if time_limit is not None:
             safety_net()
-        for step in _fixed_variants(multi_chunk, cheap_first=time_limit is not None):
+        for step in _fixed_variants(
+            multi_chunk, cheap_first=time_limit is not None, chassis=has_chassis(instance.topology)
+        ):
             if done() or hard.expired:
                 break
             past_budget = time.perf_counter() - start >= budget
@@ -231,6 +239,8 @@ def heuristic_search(
                 break
             if isinstance(step, MtegOptions):
                 mteg(step)
+            elif isinstance(step, CutAwareOptions):
+                cut_aware(step)
             else:
                 layered(step)
         if effort == "quick" or best is None or done() or hard.expired:
@@ -432,7 +442,9 @@ def _pick_leaves(rng: random.Random, by_chunk: dict[Chunk, list[Send]], lat: dic
         removed.setdefault(snd.chunk, []).append(snd)
 
 
-def _fixed_variants(multi_chunk: bool, cheap_first: bool = False) -> Iterator[MtegOptions | LayeredOptions]:
+def _fixed_variants(
+    multi_chunk: bool, cheap_first: bool = False, chassis: bool = False
+) -> Iterator[MtegOptions | LayeredOptions | CutAwareOptions]:
     # One tree per chunk is far cheaper than one Steiner tree per task when a task has many
     # chunks (1 s against 36 s for DGX-1 AllGather with C=300); under a time limit it runs
     # first so that a schedule exists early.
@@ -446,6 +458,9 @@ def _fixed_variants(multi_chunk: bool, cheap_first: bool = False) -> Iterator[Mt
         yield MtegOptions(tree="chunk", interleave=True, select="earliest")
     yield LayeredOptions(slack=0)
     yield LayeredOptions(slack=1)
+    if chassis:
+        # several chassis behind slow links: one copy per chunk across each cut
+        yield CutAwareOptions()
     yield MtegOptions(order="reverse")
     yield MtegOptions(order="reverse", select="earliest")
 

@@ -174,15 +174,24 @@ class Schedule:
 
 
 def save_schedule(path: str | Path, instance: Instance, schedule: Schedule) -> None:
-    """Write a schedule file atomically (a temporary file renamed into place)."""
+    """Write a schedule file atomically (a temporary file renamed into place).
+
+    A path ending in ``.npz`` gets the compact columnar file of :mod:`ccplan.schedule.columnar`
+    (for big schedules); any other path the JSON file.
+    """
     from ccplan.export.atomic import write_atomic
+    from ccplan.schedule.columnar import is_columnar, save_columnar
+
+    if is_columnar(path):
+        save_columnar(path, instance, schedule)
+        return
 
     text = json.dumps(schedule.to_dict(instance), indent=None, separators=(",", ":"))
     write_atomic(path, text + "\n")
 
 
 def load_schedule(path: str | Path, *, check_budget: bool = True) -> tuple[Instance, Schedule]:
-    """Read a schedule file written by :func:`save_schedule`.
+    """Read a schedule file written by :func:`save_schedule` (JSON, or columnar for ``.npz``).
 
     Parameters
     ----------
@@ -192,7 +201,12 @@ def load_schedule(path: str | Path, *, check_budget: bool = True) -> tuple[Insta
         verifier, simulator or exporters would not fit the memory budget
         (:func:`ccplan.limits.estimate_schedule`).
     """
-    instance, schedule = Schedule.from_dict(load_json(path, "schedule"))
+    from ccplan.schedule.columnar import is_columnar, load_columnar
+
+    if is_columnar(path):
+        instance, schedule = load_columnar(path)
+    else:
+        instance, schedule = Schedule.from_dict(load_json(path, "schedule"))
     if check_budget:
         from ccplan.limits import estimate_schedule
 

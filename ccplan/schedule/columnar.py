@@ -1,0 +1,142 @@
+"""Columnar schedule file (``.npz``) for big schedules.
+
+A JSON schedule spends about 50 bytes per send on keys and digits (a million sends: ~50 MB,
+and parsing it builds a dict per send). The columnar file keeps the same content as numpy
+columns in a compressed ``.npz`` archive:
+
+- ``slot``, ``chunk_source``, ``chunk_index``, ``src``, ``dst``: int64, one entry per send,
+  in the schedule's chronological order;
+- ``reduce``: bool, one entry per send;
+- ``header``: a 0-d unicode array holding JSON ``{"format": "ccplan-schedule-columnar/1",
+  "method": ..., "instance": {...}}`` (the instance exactly as in the JSON file).
+
+:func:`ccplan.schedule.save_schedule` and :func:`~ccplan.schedule.load_schedule` pick this
+format for a path ending in ``.npz`` (so ``ccplan solve --out run.npz`` writes it and
+``ccplan verify run.npz`` reads it); every other path stays JSON. Loading checks what the JSON
+loader checks: known format, the columns present with equal lengths, integer values >= 0,
+``reduce`` only for combining collectives; arrays are read without pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccplan.errors import ValidationError
+from ccplan.instances.instance import Instance
+from ccplan.schedule.core import Schedule, Send
+
+COLUMNAR_FORMAT = "ccplan-schedule-columnar/1"
+COLUMNS: tuple[str, ...] = ("slot", "chunk_source", "chunk_index", "src", "dst")
+
+
+def is_columnar(path: str | Path) -> bool:
+    """Whether ``path`` names a columnar schedule file (suffix ``.npz``)."""
+    return Path(path).suffix.lower() == ".npz"
+
+
+def schedule_columns(schedule: Schedule) -> dict[str, np.ndarray]:
+    """The schedule's sends as numpy columns (see the module docstring)."""
+    sends = schedule.sends
+    out = {
+        name: np.fromiter(values, dtype=np.int64, count=len(sends))
+        for name, values in (
+            ("slot", (s.slot for s in sends)),
+            ("chunk_source", (s.chunk[0] for s in sends)),
+            ("chunk_index", (s.chunk[1] for s in sends)),
+            ("src", (s.src for s in sends)),
+            ("dst", (s.dst for s in sends)),
+        )
+    }
+    out["reduce"] = np.fromiter((s.reduce for s in sends), dtype=bool, count=len(sends))
+    return out
+
+
+def save_columnar(path: str | Path, instance: Instance, schedule: Schedule) -> None:
+    """Write the columnar file atomically (a temporary file renamed into place)."""
+    from ccplan.export.atomic import staging_path
+
+    target = Path(path)
+    if target.is_dir():
+        raise ValidationError(f"cannot write {str(target)!r}: it is a directory")
+    header = {"format": COLUMNAR_FORMAT, "method": schedule.method, "instance": instance.to_dict()}
+    tmp = staging_path(target)
+    try:
+        with tmp.open("wb") as fh:
+            arrays: dict[str, Any] = {"header": np.array(json.dumps(header)), **schedule_columns(schedule)}
+            np.savez_compressed(fh, **arrays)
+        tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _column(data: Any, name: str, where: str) -> np.ndarray:
+    if name not in data.files:
+        raise ValidationError(f"{where}: column {name!r} is missing")
+    return np.asarray(data[name])
+
+
+def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
+    """Read a file written by :func:`save_columnar` into ``(instance, schedule)``.
+
+    Raises
+    ------
+    ValidationError
+        Not a readable archive, unknown format, a missing or malformed column (named), a
+        negative value or a ``reduce`` send in a data-movement collective.
+    """
+    where = f"schedule file {str(path)!r}"
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValidationError(f"{where}: not a readable .npz archive ({exc})") from None
+    with data:
+        try:
+            header = json.loads(str(_column(data, "header", where)))
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"{where}: header is not JSON ({exc.msg})") from None
+        if not isinstance(header, dict) or header.get("format") != COLUMNAR_FORMAT:
+            got = header.get("format") if isinstance(header, dict) else header
+            raise ValidationError(f"{where}: header.format must be {COLUMNAR_FORMAT!r}, got {got!r}")
+        method = header.get("method", "")
+        if not isinstance(method, str):
+            raise ValidationError(f"{where}: header.method must be a string, got {method!r}")
+        if "instance" not in header:
+            raise ValidationError(f"{where}: header.instance is missing")
+        instance = Instance.from_dict(header["instance"])
+        cols = {name: _column(data, name, where) for name in (*COLUMNS, "reduce")}
+    n = len(cols["slot"])
+    for name, col in cols.items():
+        if col.ndim != 1 or len(col) != n:
+            raise ValidationError(f"{where}: column {name!r} must be one-dimensional with {n} entries")
+    for name in COLUMNS:
+        col = cols[name]
+        if not np.issubdtype(col.dtype, np.integer):
+            raise ValidationError(f"{where}: column {name!r} must hold integers, got {col.dtype}")
+        bad = np.flatnonzero(col < 0)
+        if len(bad):
+            raise ValidationError(f"{where}: {name}[{int(bad[0])}] must be >= 0, got {int(col[bad[0]])}")
+    red = cols["reduce"]
+    if red.dtype != np.bool_:
+        raise ValidationError(f"{where}: column 'reduce' must hold booleans, got {red.dtype}")
+    if red.any() and not instance.collective.combining:
+        i = int(np.flatnonzero(red)[0])
+        raise ValidationError(
+            f"{where}: reduce[{i}] is true but {instance.collective.kind} is not a combining collective"
+        )
+    lists = {name: cols[name].tolist() for name in COLUMNS}
+    sends = tuple(
+        Send(slot=t, chunk=(a, b), src=u, dst=v, reduce=r)
+        for t, a, b, u, v, r in zip(
+            lists["slot"], lists["chunk_source"], lists["chunk_index"], lists["src"], lists["dst"],
+            red.tolist(), strict=True,
+        )
+    )
+    return instance, Schedule(sends, method=method)
