@@ -226,6 +226,26 @@ METHOD_MODULES: dict[str, str] = {}
 """Method name -> module that registers it (imported on first use)."""
 
 
+def run_constructor(
+    build: Callable[[Any], Any], time_limit: float | None, variant: str
+) -> tuple[Any, Outcome | None]:
+    """Run a one-shot schedule constructor (``build(deadline)``) under ``time_limit``.
+
+    Returns ``(its result, None)``, or ``(None, the Outcome that says why there is none)``
+    when the deadline passed or Ctrl-C came: such a constructor has nothing complete to
+    hand out before it ends (the Ctrl-C contract of :mod:`ccplan.errors`).
+    """
+    from ccplan.limits import Deadline, OutOfTimeError
+
+    try:
+        return build(Deadline.after(time_limit)), None
+    except OutOfTimeError:
+        reason = f"time limit of {time_limit:g} s reached" if time_limit is not None else "out of time"
+        return None, Outcome(schedule=None, status="unknown", details={"variant": variant, "reason": reason})
+    except KeyboardInterrupt:
+        return None, Outcome(schedule=None, status="unknown", details={"interrupted": True})
+
+
 def register(name: str) -> Callable[[Engine], Engine]:
     """Decorator: register an engine under ``name``."""
 

@@ -50,8 +50,8 @@ from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
-from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
+from ccplan.limits import NEVER, Deadline
+from ccplan.methods import Outcome, SolveOptions, register, run_constructor
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -343,17 +343,11 @@ def cut_aware_engine(instance: Instance, options: SolveOptions) -> Outcome:
     start = time.perf_counter()
     bias = options.extra.get("cross_bias")
     opts = CutAwareOptions(cross_bias=None if bias is None else int(bias))
-    try:
-        schedule = cut_aware_schedule(instance, opts, Deadline.after(options.time_limit))
-    except OutOfTimeError:
-        return Outcome(
-            schedule=None,
-            status="unknown",
-            details={"variant": opts.label(), "reason": f"time limit of {options.time_limit:g} s reached"},
-        )
-    except KeyboardInterrupt:
-        # One run builds one schedule: nothing complete to hand out before it ends.
-        return Outcome(schedule=None, status="unknown", details={"interrupted": True})
+    schedule, failed = run_constructor(
+        lambda deadline: cut_aware_schedule(instance, opts, deadline), options.time_limit, opts.label()
+    )
+    if failed is not None:
+        return failed
     return Outcome(
         schedule=schedule,
         status="feasible",

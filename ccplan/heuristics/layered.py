@@ -49,8 +49,8 @@ from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_distances
 from ccplan.instances.topology import Topology
-from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
+from ccplan.limits import NEVER, Deadline
+from ccplan.methods import Outcome, SolveOptions, register, run_constructor
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -501,17 +501,11 @@ def layered_engine(instance: Instance, options: SolveOptions) -> Outcome:
     start = time.perf_counter()
     seed = options.extra.get("layered_seed")
     opts = LayeredOptions(slack=int(options.extra.get("slack", 0)), seed=None if seed is None else int(seed))
-    try:
-        schedule = layered_schedule(instance, opts, Deadline.after(options.time_limit))
-    except OutOfTimeError:
-        return Outcome(
-            schedule=None,
-            status="unknown",
-            details={"variant": opts.label(), "reason": f"time limit of {options.time_limit:g} s reached"},
-        )
-    except KeyboardInterrupt:
-        # One run builds one schedule: nothing complete to hand out before it ends.
-        return Outcome(schedule=None, status="unknown", details={"interrupted": True})
+    schedule, failed = run_constructor(
+        lambda deadline: layered_schedule(instance, opts, deadline), options.time_limit, opts.label()
+    )
+    if failed is not None:
+        return failed
     return Outcome(
         schedule=schedule,
         status="feasible",

@@ -110,8 +110,8 @@ from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_distances
-from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
+from ccplan.limits import NEVER, Deadline
+from ccplan.methods import Outcome, SolveOptions, register, run_constructor
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -921,17 +921,11 @@ def mteg_engine(instance: Instance, options: SolveOptions) -> Outcome:
     if options.horizon is not None and "horizon" not in extra:
         extra["horizon"] = options.horizon
     opts = MtegOptions.from_mapping(extra, seed=options.seed)
-    try:
-        result = mteg_schedule(instance, opts, Deadline.after(options.time_limit))
-    except OutOfTimeError:
-        return Outcome(
-            schedule=None,
-            status="unknown",
-            details={"variant": opts.label(), "reason": f"time limit of {options.time_limit:g} s reached"},
-        )
-    except KeyboardInterrupt:
-        # One run builds one schedule: nothing complete to hand out before it ends.
-        return Outcome(schedule=None, status="unknown", details={"interrupted": True})
+    result, failed = run_constructor(
+        lambda deadline: mteg_schedule(instance, opts, deadline), options.time_limit, opts.label()
+    )
+    if failed is not None:
+        return failed
     return Outcome(
         schedule=Schedule(result.schedule.sends, method="mteg"),
         status="feasible",
