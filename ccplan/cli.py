@@ -465,9 +465,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
             write_timeline(staged, instance, schedule)
         elif fmt == "msccl-xml":
-            from ccplan.export.msccl import export_msccl
+            from ccplan.export.msccl import write_msccl_export
 
-            choice = export_msccl(
+            # streamed to the staged file: the XML of a big schedule is never one string
+            choice = write_msccl_export(
+                staged,
                 instance,
                 schedule,
                 dialect=args.dialect,
@@ -477,7 +479,6 @@ def cmd_export(args: argparse.Namespace) -> int:
                 inplace=False if args.out_of_place else (True if args.in_place else None),
                 switches=args.switches,
             )
-            outputs.write_text("out", choice.text)
             note = f" ({choice.channels} channel(s), {'in' if choice.inplace else 'out-of'}-place)"
         elif fmt in ("gantt", "utilization"):
             from ccplan.export import plots

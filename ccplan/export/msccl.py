@@ -40,14 +40,17 @@ raises instead.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ccplan.errors import ValidationError
+from ccplan.export.atomic import sigint_blocked, staging_path
 from ccplan.instances.collectives import Chunk, Collective
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule
@@ -179,7 +182,7 @@ def canonical_kind(kind: str) -> str:
 
 
 # ============================================================================ buffers
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Loc:
     """A place in one rank's buffers: ``buf`` in ``{"i", "o", "s"}``, ``off`` in MSCCL chunks."""
 
@@ -465,7 +468,7 @@ def buffer_layout(collective: Collective, gpus: Sequence[int], inplace: bool) ->
 
 
 # ============================================================================ transfers
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transfer:
     """One GPU-to-GPU transfer after switch relays are collapsed (ranks, not node ids)."""
 
@@ -564,7 +567,7 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
 
 
 # ============================================================================ ops
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Op:
     """One step before numbering (mutable while the program is assembled)."""
 
@@ -634,53 +637,82 @@ def _fmt_loc(loc: Loc | None) -> tuple[str, int]:
     return ("o", -1) if loc is None else (loc.buf, loc.off)
 
 
-def to_msccl_xml(
+@dataclass(frozen=True)
+class _Built:
+    """A program ready to render: thread blocks and their numbered, fused steps."""
+
+    name: str
+    proto: str
+    channels: int
+    instances: int
+    inplace: bool
+    dialect: Dialect
+    layout: BufferLayout
+    tbs: Mapping[int, list[_TB]]
+    programs: Mapping[tuple[int, int], list[_Op]]
+    s_chunks: tuple[int, ...]
+    transfers: int
+    describe: str
+
+
+def _render(built: _Built) -> Iterator[str]:
+    """The XML of ``built``, one newline-terminated line at a time (section 1.1 element order).
+
+    A generator, so a writer holds one line at a time rather than the whole document: the
+    text of a 1,024-GPU schedule is several times the size of its plan's steps.
+    """
+    layout, inst_count, channels = built.layout, built.instances, built.channels
+    n = layout.ngpus
+    k_total = layout.nchunks * inst_count
+    yield (
+        f'<algo name="{built.name}" proto="{built.proto}" nchannels="{channels * inst_count}" '
+        f'nchunksperloop="{k_total}" '
+        f'ngpus="{n}" coll="{built.dialect.coll_names[layout.kind]}" inplace="{int(built.inplace)}" '
+        f'outofplace="{int(not built.inplace)}" minBytes="0" maxBytes="{MAX_BYTES}">\n'
+    )
+    for r in range(n):
+        ntb = len(built.tbs[r])
+        yield (
+            f'  <gpu id="{r}" i_chunks="{layout.i_chunks[r] * inst_count}" '
+            f'o_chunks="{layout.o_chunks[r] * inst_count}" s_chunks="{built.s_chunks[r] * inst_count}">\n'
+        )
+        for inst in range(inst_count):
+            for b, block in enumerate(built.tbs[r]):
+                chan = inst * channels + block.chan
+                tb_id = inst * ntb + b
+                yield f'    <tb id="{tb_id}" send="{block.send}" recv="{block.recv}" chan="{chan}">\n'
+                for op in built.programs.get((r, b), ()):
+                    for line in _render_op(op, inst, inst_count, inst * ntb):
+                        yield line + "\n"
+                yield "    </tb>\n"
+        yield "  </gpu>\n"
+    yield "</algo>\n"
+    log.debug(
+        "msccl export %s: %d transfers, %d thread blocks",
+        built.describe,
+        built.transfers,
+        sum(len(v) for v in built.tbs.values()) * inst_count,
+    )
+
+
+def _build(
     instance: Instance,
     schedule: Schedule,
     *,
-    dialect: str = "executor",
-    proto: str = "Simple",
-    channels: int = 1,
-    instances: int = 1,
-    inplace: bool = True,
-    name: str = "ccplan",
-    switches: str = "collapse",
-    max_tbs: int = DEFAULT_MAX_TBS,
-) -> str:
-    """Render ``schedule`` as an MSCCL algorithm XML (recipe of section 1.3, see module doc).
+    dialect: str,
+    proto: str,
+    channels: int,
+    instances: int,
+    inplace: bool,
+    name: str,
+    switches: str,
+    max_tbs: int,
+) -> _Built:
+    """Everything :func:`to_msccl_xml` checks and decides, short of the text (module doc, 1-7).
 
-    Parameters
-    ----------
-    instance, schedule
-        A schedule that passes :func:`ccplan.schedule.verify` (not re-checked here).
-    dialect : {"executor", "legacy"}
-        ``executor`` for Azure/msccl-executor-nccl and RCCL (64 steps per thread block,
-        ``reducescatter``), ``legacy`` for microsoft/msccl (256 steps, ``reduce_scatter``).
-    proto : {"Simple", "LL", "LL128"}
-    channels : int
-        Channels of one instance; chunk k uses channel ``k mod channels``.
-    instances : int
-        Replicate the program (interleaved chunks, fresh channels).
-    inplace : bool
-        Emit the in-place variant (``inplace="1" outofplace="0"``) or the out-of-place one.
-    name : str
-        ``name`` attribute (letters, digits, ``_ . -``).
-    switches : {"collapse", "refuse"}
-        How relays through switch nodes are handled (module doc).
-    max_tbs : int
-        Thread blocks per GPU allowed (co-residency; 108 = A100 SMs).
-
-    Returns
-    -------
-    str
-        The XML text (no prolog, one element per line: the executor's tokenizer needs it).
-
-    Raises
-    ------
-    ValidationError
-        Bad option; a collective without MSCCL mapping; a schedule that cannot be expressed
-        within a runtime limit (steps per thread block, thread blocks, channels, offsets) --
-        the message names the limit and the option that helps.
+    Every runtime limit is checked here, so a caller that renders the result afterwards
+    (:func:`write_msccl_xml` streams it to a file) has nothing left that can fail on the
+    schedule's account.
     """
     try:
         dia = DIALECTS[dialect]
@@ -777,9 +809,17 @@ def to_msccl_xml(
         return table[chunk]
 
     copies: list[_Op] = []
+    # Grouped by rank once, in the sorted order of the whole mapping: filtering the full
+    # mapping per rank costs N^3 at AllGather scale (N^2 destinations, N ranks).
+    home_of: dict[int, dict[Chunk, Loc]] = defaultdict(dict)
+    for (rr, chunk), loc in layout.home.items():
+        home_of[rr][chunk] = loc
+    dest_of: dict[int, list[tuple[Chunk, Loc]]] = defaultdict(list)
+    for (rr, chunk), want in sorted(layout.dest.items()):
+        dest_of[rr].append((chunk, want))
     for r in range(n):
         rops = sorted((o for o in by_rank[r]), key=lambda o: o.key)
-        cur: dict[Chunk, Loc] = {c: loc for (rr, c), loc in layout.home.items() if rr == r}
+        cur: dict[Chunk, Loc] = dict(home_of[r])
         for op in rops:
             assert op.chunk is not None
             if op.type == "s":
@@ -797,8 +837,8 @@ def to_msccl_xml(
             cur[op.chunk] = target
         # Results that are not where the postcondition wants them: copy (own shard of an
         # out-of-place AllGather, a combined value that ended in the input buffer, ...).
-        for (rr, chunk), want in sorted(layout.dest.items()):
-            if rr != r or chunk not in cur or cur[chunk] == want:
+        for chunk, want in dest_of[r]:
+            if chunk not in cur or cur[chunk] == want:
                 continue
             held = (r, chunk) in layout.home and cur[chunk] == layout.home[(r, chunk)]
             key = (-1, -1, 0, chunk_idx[chunk], 0) if held else (float("inf"), 2, 0, chunk_idx[chunk], 0)
@@ -917,37 +957,83 @@ def to_msccl_xml(
                 "use fewer chunks or instances"
             )
 
-    # ----------------------------------------------------------- render
-    k_total = layout.nchunks * instances
-    lines = [
-        f'<algo name="{name}" proto="{proto}" nchannels="{channels * instances}" nchunksperloop="{k_total}" '
-        f'ngpus="{n}" coll="{dia.coll_names[layout.kind]}" inplace="{int(inplace)}" '
-        f'outofplace="{int(not inplace)}" minBytes="0" maxBytes="{MAX_BYTES}">'
-    ]
-    ntb = {r: len(tbs[r]) for r in range(n)}
-    for r in range(n):
-        lines.append(
-            f'  <gpu id="{r}" i_chunks="{layout.i_chunks[r] * instances}" '
-            f'o_chunks="{layout.o_chunks[r] * instances}" s_chunks="{s_chunks[r] * instances}">'
-        )
-        for inst in range(instances):
-            for b, block in enumerate(tbs[r]):
-                chan = inst * channels + block.chan
-                lines.append(
-                    f'    <tb id="{inst * ntb[r] + b}" send="{block.send}" recv="{block.recv}" chan="{chan}">'
-                )
-                for op in programs.get((r, b), []):
-                    lines += _render_op(op, inst, instances, inst * ntb[r])
-                lines.append("    </tb>")
-        lines.append("  </gpu>")
-    lines.append("</algo>")
-    log.debug(
-        "msccl export %s: %d transfers, %d thread blocks",
-        instance.describe(),
-        len(transfers),
-        sum(ntb.values()) * instances,
+    return _Built(
+        name=name,
+        proto=proto,
+        channels=channels,
+        instances=instances,
+        inplace=inplace,
+        dialect=dia,
+        layout=layout,
+        tbs=tbs,
+        programs=programs,
+        s_chunks=tuple(s_chunks),
+        transfers=len(transfers),
+        describe=instance.describe(),
     )
-    return "\n".join(lines) + "\n"
+
+
+def to_msccl_xml(
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    dialect: str = "executor",
+    proto: str = "Simple",
+    channels: int = 1,
+    instances: int = 1,
+    inplace: bool = True,
+    name: str = "ccplan",
+    switches: str = "collapse",
+    max_tbs: int = DEFAULT_MAX_TBS,
+) -> str:
+    """Render ``schedule`` as an MSCCL algorithm XML (recipe of section 1.3, see module doc).
+
+    Parameters
+    ----------
+    instance, schedule
+        A schedule that passes :func:`ccplan.schedule.verify` (not re-checked here).
+    dialect : {"executor", "legacy"}
+        ``executor`` for Azure/msccl-executor-nccl and RCCL (64 steps per thread block,
+        ``reducescatter``), ``legacy`` for microsoft/msccl (256 steps, ``reduce_scatter``).
+    proto : {"Simple", "LL", "LL128"}
+    channels : int
+        Channels of one instance; chunk k uses channel ``k mod channels``.
+    instances : int
+        Replicate the program (interleaved chunks, fresh channels).
+    inplace : bool
+        Emit the in-place variant (``inplace="1" outofplace="0"``) or the out-of-place one.
+    name : str
+        ``name`` attribute (letters, digits, ``_ . -``).
+    switches : {"collapse", "refuse"}
+        How relays through switch nodes are handled (module doc).
+    max_tbs : int
+        Thread blocks per GPU allowed (co-residency; 108 = A100 SMs).
+
+    Returns
+    -------
+    str
+        The XML text (no prolog, one element per line: the executor's tokenizer needs it).
+
+    Raises
+    ------
+    ValidationError
+        Bad option; a collective without MSCCL mapping; a schedule that cannot be expressed
+        within a runtime limit (steps per thread block, thread blocks, channels, offsets) --
+        the message names the limit and the option that helps.
+    """
+    built = _build(
+        instance,
+        schedule,
+        dialect=dialect,
+        proto=proto,
+        channels=channels,
+        instances=instances,
+        inplace=inplace,
+        name=name,
+        switches=switches,
+        max_tbs=max_tbs,
+    )
+    return "".join(_render(built))
 
 
 def _check_fifo(ops: list[_Op]) -> None:
@@ -1068,6 +1154,61 @@ class ExportChoice:
     """One line per rejected setting and why (for the log and the CLI's note)."""
 
 
+def _choose(
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    dialect: str,
+    proto: str,
+    channels: int | None,
+    instances: int,
+    inplace: bool | None,
+    switches: str,
+) -> tuple[_Built, tuple[str, ...]]:
+    """The first setting :func:`export_msccl` accepts, built, and the rejected ones."""
+    places = [inplace] if inplace is not None else [True, False]
+    if channels is not None:
+        widths = [channels]
+    else:
+        widths = []
+        c = 1
+        while c * instances <= MAX_CHANNELS:
+            widths.append(c)
+            c *= 2
+        widths = widths or [1]
+    tried: list[str] = []
+    last: ValidationError | None = None
+    for place in places:
+        for width in widths:
+            try:
+                built = _build(
+                    instance,
+                    schedule,
+                    dialect=dialect,
+                    proto=proto,
+                    channels=width,
+                    instances=instances,
+                    inplace=place,
+                    name="ccplan",
+                    switches=switches,
+                    max_tbs=DEFAULT_MAX_TBS,
+                )
+            except ValidationError as exc:
+                msg = str(exc)
+                last = exc
+                tried.append(f"channels={width} {'in' if place else 'out-of'}-place: {msg}")
+                if msg.startswith("inplace:") and len(places) > 1:
+                    break  # the layout, not the width: try out-of-place
+                if msg.startswith("steps per thread block") and width != widths[-1]:
+                    continue
+                if msg.startswith("steps per thread block"):
+                    break
+                raise
+            return built, tuple(tried)
+    assert last is not None
+    raise last
+
+
 def export_msccl(
     instance: Instance,
     schedule: Schedule,
@@ -1093,42 +1234,117 @@ def export_msccl(
     ValidationError
         As :func:`to_msccl_xml`, for the last setting tried.
     """
-    places = [inplace] if inplace is not None else [True, False]
-    if channels is not None:
-        widths = [channels]
-    else:
-        widths = []
-        c = 1
-        while c * instances <= MAX_CHANNELS:
-            widths.append(c)
-            c *= 2
-        widths = widths or [1]
-    tried: list[str] = []
-    last: ValidationError | None = None
-    for place in places:
-        for width in widths:
-            try:
-                text = to_msccl_xml(
-                    instance,
-                    schedule,
-                    dialect=dialect,
-                    proto=proto,
-                    channels=width,
-                    instances=instances,
-                    inplace=place,
-                    switches=switches,
-                )
-            except ValidationError as exc:
-                msg = str(exc)
-                last = exc
-                tried.append(f"channels={width} {'in' if place else 'out-of'}-place: {msg}")
-                if msg.startswith("inplace:") and len(places) > 1:
-                    break  # the layout, not the width: try out-of-place
-                if msg.startswith("steps per thread block") and width != widths[-1]:
-                    continue
-                if msg.startswith("steps per thread block"):
-                    break
-                raise
-            return ExportChoice(text, width, place, tuple(tried))
-    assert last is not None
-    raise last
+    built, tried = _choose(
+        instance,
+        schedule,
+        dialect=dialect,
+        proto=proto,
+        channels=channels,
+        instances=instances,
+        inplace=inplace,
+        switches=switches,
+    )
+    return ExportChoice("".join(_render(built)), built.channels, built.inplace, tried)
+
+
+@dataclass(frozen=True)
+class WrittenExport:
+    """What :func:`write_msccl_export` wrote: the file, its size and the settings chosen."""
+
+    path: Path
+    bytes: int
+    channels: int
+    inplace: bool
+    tried: tuple[str, ...]
+    """One line per rejected setting and why (as :attr:`ExportChoice.tried`)."""
+
+
+def write_msccl_export(
+    path: str | Path,
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    dialect: str = "executor",
+    proto: str = "Simple",
+    channels: int | None = None,
+    instances: int = 1,
+    inplace: bool | None = None,
+    switches: str = "collapse",
+) -> WrittenExport:
+    """:func:`export_msccl`, streamed to ``path`` instead of returned as one string.
+
+    The settings are chosen and every runtime limit checked before the file is opened; the
+    XML is then written line by line to a staged file next to ``path`` and renamed into
+    place when complete (all or none: a failure or Ctrl-C leaves ``path`` as it was). The
+    bytes are those of ``export_msccl(...).text``, but the document never exists in memory
+    as a whole, which is what makes a 1,024-GPU schedule exportable in bounded memory.
+
+    Raises
+    ------
+    ValidationError
+        As :func:`export_msccl`; or ``path`` is a directory.
+    """
+    built, tried = _choose(
+        instance,
+        schedule,
+        dialect=dialect,
+        proto=proto,
+        channels=channels,
+        instances=instances,
+        inplace=inplace,
+        switches=switches,
+    )
+    size = _stream(path, built)
+    return WrittenExport(Path(path), size, built.channels, built.inplace, tried)
+
+
+def write_msccl_xml(path: str | Path, instance: Instance, schedule: Schedule, **options: Any) -> int:
+    """:func:`to_msccl_xml` with the same keyword options, streamed atomically to ``path``.
+
+    Returns
+    -------
+    int
+        Bytes written (the length of ``to_msccl_xml(...)``, which is ASCII).
+
+    Raises
+    ------
+    ValidationError
+        As :func:`to_msccl_xml` (before ``path`` is touched); ``path`` is a directory.
+    """
+    settings: dict[str, Any] = {
+        "dialect": "executor",
+        "proto": "Simple",
+        "channels": 1,
+        "instances": 1,
+        "inplace": True,
+        "name": "ccplan",
+        "switches": "collapse",
+        "max_tbs": DEFAULT_MAX_TBS,
+    }
+    unknown = sorted(set(options) - set(settings))
+    if unknown:
+        raise ValidationError(f"write_msccl_xml: unknown option(s) {', '.join(unknown)}")
+    settings.update(options)
+    return _stream(path, _build(instance, schedule, **settings))
+
+
+def _stream(path: str | Path, built: _Built) -> int:
+    """Write the lines of :func:`_render` to a staged file and rename it to ``path``."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValidationError(f"cannot write {str(target)!r}: it is a directory")
+    tmp = staging_path(target)
+    size = 0
+    try:
+        # newline="" keeps "\n" as is on every platform: the bytes equal to_msccl_xml's text.
+        with tmp.open("w", encoding="ascii", newline="") as fh:
+            for line in _render(built):
+                fh.write(line)
+                size += len(line)
+        with sigint_blocked():
+            tmp.replace(target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    return size
