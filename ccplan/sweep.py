@@ -434,7 +434,8 @@ class SweepConfig:
         Modules imported in every worker before its first cell (engines registered outside
         ``ccplan``, e.g. a test's toy engine).
     out : str, optional
-        Default table path (relative to the config file).
+        Default table path (a relative path is taken from the current directory, as the
+        shipped configs under ``sweeps/`` expect when run from the repository root).
     """
 
     name: str
