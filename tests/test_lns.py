@@ -188,7 +188,9 @@ def test_refused_model_falls_back_to_lns() -> None:
     assert res.makespan_slots is not None and res.lower_bound_slots <= res.makespan_slots <= m
     assert res.schedule is not None and score(inst, res.schedule) < score(inst, warm)
     for st in res.details["steps"]:
-        if st.get("question", "").startswith("lns"):
+        if st.get("question") == "lns slots":
+            assert st["from_slot"] > 0  # every chunk free, but only in the last slots
+        elif st.get("question", "").startswith("lns"):
             assert st["chunks"] < len(inst.collective.chunk_ids)
 
 
