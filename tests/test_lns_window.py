@@ -172,14 +172,15 @@ def test_slots_rounds_in_the_engine_on_a_switch_fabric() -> None:
 
 
 def _delay_last(inst: Instance, schedule: Schedule, m: int) -> Schedule:
-    """The send that arrives last, moved to slot ``m + 1`` (two slots later than needed:
+    """The send that arrives last, arriving two slots later (at ``m + 2``:
     its sender still holds the chunk, its link is free after the makespan, and nothing
     forwards from its receiver after the last arrival)."""
     lat, index = inst.latency, inst.topology.link_index
     last = max(schedule.sends, key=lambda s: s.slot + int(lat[index[(s.src, s.dst)]]))
-    assert last.slot + int(lat[index[(last.src, last.dst)]]) == m
+    hop = int(lat[index[(last.src, last.dst)]])
+    assert last.slot + hop == m
     rest = tuple(s for s in schedule.sends if s != last)
-    return Schedule.of((*rest, Send(m + 2 - int(lat[index[(last.src, last.dst)]]), last.chunk, last.src, last.dst)))
+    return Schedule.of((*rest, Send(m + 2 - hop, last.chunk, last.src, last.dst)))
 
 
 def test_window_start_fits_the_target_and_slides_back_as_it_grows() -> None:

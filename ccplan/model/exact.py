@@ -995,7 +995,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         questions of a run share one model and one translation), ``progress_callback``
         (elapsed, incumbent, bound, gap), ``on_progress`` (elapsed, incumbent, bound), ``lns``
         (False: no large-neighbourhood search after a stall or a refusal), ``lns_rounds``,
-        ``lns_nonzeros``, ``lns_slice`` (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
+        ``lns_nonzeros``, ``lns_window_nonzeros``, ``lns_slice``, ``lns_neighbourhoods``
+        (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
         the best verified schedule with ``details["interrupted"] = True``.
 
     Returns

@@ -27,8 +27,16 @@ re-optimise the inside:
    ``(makespan, demands first received at the makespan, sum of arrivals)``
    lexicographically.
 
+A *slot window* (rule ``slots``) frees every chunk instead, in the last slots ``a .. m``: the
+round builds the window model of :func:`ccplan.model.milp.build_model` with ``start`` (the
+incumbent's state at slot ``a``, :func:`ccplan.model.size.start_state`: holdings of GPUs
+and switches, sends in flight, link slots they still occupy), no sub-instance; the sends
+before ``a`` are the fixed part. ``a`` is the earliest slot whose window model fits the
+window's own size target (:func:`window_start`).
+
 The neighbourhood size adapts: it grows when CP-SAT proves a round optimal in a fraction of
-its time slice and shrinks when a round times out without improvement. ``docs/exact.md``
+its time slice and shrinks when a round times out without improvement; a slot window also
+grows (reaches further back) after a round proved optimal without a gain. ``docs/exact.md``
 (section "Large neighbourhood search") says when the ``milp`` engine uses it.
 """
 
@@ -89,6 +97,16 @@ LNS_HEURISTIC_CAP = 60.0
 LNS_WINDOW_NONZEROS = 250_000
 """First size of a slot window (``slots`` rounds), in estimated nonzeros of its window
 model; it adapts like the chunk neighbourhoods' size, on its own."""
+
+LNS_WINDOW_OVERSIZE = 4.0
+"""A slot window that must reach back to the first send landing in the last slot may exceed
+its size target; beyond this factor the round takes a ``late`` neighbourhood instead (on
+AMD 4 chassis 1 GB one slot's window is ~200,000 nonzeros and a send takes up to 8 slots)."""
+
+ROTATION: tuple[str, ...] = ("late", "slots", "links", "slots", "window", "slots", "random")
+"""Order in which the rules of :data:`NEIGHBOURHOODS` take the rounds: slot windows every
+other round (on AMD 2 chassis 1 GB they lowered the makespan where rounds of a few chunks
+only moved deliveries out of the last slot)."""
 
 
 # --------------------------------------------------------------------------- the restriction
@@ -485,8 +503,17 @@ def window_start(instance: Instance, schedule: Schedule, makespan: int, nonzeros
 def _slots(state: _State, size: int) -> Neighbourhood:
     """A slot window at the end: every chunk free in the last slots, where the late demands
     are, with the state at the window's first slot fixed (switches' copies included). Its
-    length follows the window's own size target (``size`` counts chunks: not used)."""
+    length follows the window's own size target (``size`` counts chunks: not used), but it
+    always starts at or before the first send that delivers a demand in the last slot: a
+    send in flight across the window's start is fixed, and one that lands in the last slot
+    would pin ``D`` (on DGX2 2 chassis 1 MB a NIC send takes L = 21 slots, so windows of
+    the size target alone, 15-30 slots, could never lower the makespan)."""
     a = window_start(state.instance, state.schedule, state.makespan, state.window_nonzeros)
+    lat, index = state.instance.latency, state.instance.topology.link_index
+    wanted = set(state.instance.collective.demands)
+    last = [s.slot for s in state.schedule.sends
+            if (s.chunk, s.dst) in wanted and s.slot + int(lat[index[(s.src, s.dst)]]) == state.makespan]
+    a = min([a, *last])
     return Neighbourhood("slots", state.instance.collective.chunk_ids, from_slot=a, all_chunks=True)
 
 
@@ -582,7 +609,11 @@ def lns_search(run: _Run, horizon: int) -> bool:
     when there is no time limit.
 
     Returns False (and does nothing) when there is no incumbent or not even one chunk's
-    model fits the memory budget and the time left.
+    model fits the memory budget and the time left. ``extra``: ``lns_rounds``,
+    ``lns_nonzeros`` (first chunk-neighbourhood size), ``lns_window_nonzeros`` (first slot
+    window size), ``lns_slice`` (CP-SAT seconds per round), ``lns_neighbourhoods`` (the
+    rotation, names of :data:`NEIGHBOURHOODS`; ``slots`` is left out on instances with
+    cut-through switches).
     """
     from ccplan.model.exact import _progress, solve_model_with
     from ccplan.model.milp import schedule_from_model
@@ -618,15 +649,15 @@ def lns_search(run: _Run, horizon: int) -> bool:
     window_target = float(opts.extra.get("lns_window_nonzeros", LNS_WINDOW_NONZEROS))
     max_rounds = opts.extra.get("lns_rounds")
     slice_s = float(opts.extra.get("lns_slice", LNS_SLICE_SECONDS))
-    kinds = list(opts.extra.get("lns_neighbourhoods", NEIGHBOURHOODS))
+    kinds = list(opts.extra.get("lns_neighbourhoods", ROTATION))
     unknown = [k for k in kinds if k not in NEIGHBOURHOODS]
     if unknown or not kinds:
         raise ValidationError(
             f"extra['lns_neighbourhoods']: choose from {', '.join(NEIGHBOURHOODS)}, got {kinds!r}"
         )
     if instance.bufferless and "slots" in kinds:
-        kinds.remove("slots")  # a cut-through switch's state at a slot is not a holding
-        kinds = kinds or ["late"]
+        # a cut-through switch's state at a slot is not a holding
+        kinds = [k for k in kinds if k != "slots"] or ["late"]
     stale = 0
     progress = _progress(run, 0.0)
     while True:
@@ -671,6 +702,8 @@ def lns_search(run: _Run, horizon: int) -> bool:
                 hood = Neighbourhood(hood.kind, hood.chunks, a, all_chunks=True)
                 start = start_state(instance, current, a)
                 ok, build_s = _fits(run, start, m)
+            if ok and estimate_size(instance, m, start=start).nonzeros > LNS_WINDOW_OVERSIZE * window_target:
+                ok = False  # far above its target (module constant): not worth a round
             if not ok:
                 # not even the last slot's window fits: a chunk neighbourhood this round
                 hood = _late(state, size)
