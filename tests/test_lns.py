@@ -249,3 +249,4 @@ def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch) -> N
     assert questions and questions[0]["status"] == "unknown" and questions[0]["seconds"] < 5
     assert res.details["strategy"] == "auto:ascending+lns"
     assert res.details["lns"]["rounds"] == 1
+    assert res.makespan_slots is not None and res.makespan_slots <= m
