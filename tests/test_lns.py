@@ -188,7 +188,9 @@ def test_refused_model_falls_back_to_lns() -> None:
     assert res.makespan_slots is not None and res.lower_bound_slots <= res.makespan_slots <= m
     assert res.schedule is not None and score(inst, res.schedule) < score(inst, warm)
     for st in res.details["steps"]:
-        if st.get("question", "").startswith("lns"):
+        if st.get("question") == "lns slots":
+            assert st["from_slot"] > 0  # every chunk free, but only in the last slots
+        elif st.get("question", "").startswith("lns"):
             assert st["chunks"] < len(inst.collective.chunk_ids)
 
 
@@ -227,3 +229,24 @@ def test_ctrl_c_in_an_lns_round_returns_the_verified_incumbent(monkeypatch: pyte
     assert result.details["interrupted"] is True
     assert result.makespan_slots is not None and result.makespan_slots <= m
     assert result.details["lns"]["rounds"] == 1
+
+
+def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` on a "large" model: one question open longer than ``AUTO_QUESTION_SHARE`` of
+    the time left is a stalled search even when the ascending share is not used up. With
+    the share at 0.99 and the cap at 1e-3 of 40 s, the first question stops within a few
+    seconds (its CP-SAT call gets 0.05 s at least) instead of taking the whole 40 s, and LNS
+    gets the rest."""
+    inst, warm, m = _dgx1_c2()
+    monkeypatch.setattr(exact, "AUTO_DIRECT_NONZEROS", 0)
+    monkeypatch.setattr(exact, "AUTO_ASCENDING_SHARE", 0.99)
+    monkeypatch.setattr(exact, "AUTO_QUESTION_SHARE", 1e-3)
+    res = solve(inst, "milp", SolveOptions(time_limit=40, extra={
+        "warm_start_schedule": warm, "lns_rounds": 1, "lns_slice": 3,
+    }))
+    assert res.verified
+    questions = [st for st in res.details["steps"] if st.get("question") == "D <= h ?"]
+    assert questions and questions[0]["status"] == "unknown" and questions[0]["seconds"] < 5
+    assert res.details["strategy"] == "auto:ascending+lns"
+    assert res.details["lns"]["rounds"] == 1
+    assert res.makespan_slots is not None and res.makespan_slots <= m

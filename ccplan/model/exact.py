@@ -356,6 +356,7 @@ class _Run:
     question_top: int | None = None  # largest h the strategy may ask (one model answers all)
     question_model: tuple[Any, int, bool] | None = None  # (model, its horizon, D >= LB row)
     soft_deadline: float | None = None  # perf_counter() by which a strategy hands over (auto)
+    question_cap: float | None = None  # seconds one "D <= h ?" question may take (auto)
     lns_report: Any = None  # ccplan.model.lns.LnsReport of the last LNS run
 
     def remaining(self) -> float | None:
@@ -609,7 +610,15 @@ def _ask(run: _Run, h: int) -> BackendResult | None:
         run.fallback = run.fallback or f"time limit reached before the question D <= {h}"
         return None
     model, domains = _question_model(run, h)
-    res = _solve(run, model, h, _hint(run, model, h), feasibility=True, domains=domains)
+    outer = run.soft_deadline
+    if run.question_cap is not None:
+        # the question (not its model's build) gets at most the cap, then auto hands over
+        cap_at = time.perf_counter() + run.question_cap
+        run.soft_deadline = cap_at if outer is None else min(outer, cap_at)
+    try:
+        res = _solve(run, model, h, _hint(run, model, h), feasibility=True, domains=domains)
+    finally:
+        run.soft_deadline = outer
     _bound_from(run, res, h)
     return res
 
@@ -688,6 +697,13 @@ AUTO_ASCENDING_SHARE = 0.5
 """Under ``auto`` on a large model with a time limit, the ascending questions get this share
 of the time left; a question still open then is a stalled search, and LNS gets the rest."""
 
+AUTO_QUESTION_SHARE = 0.2
+"""Under ``auto`` (as :data:`AUTO_ASCENDING_SHARE`), one question open longer than this share
+of the time left at the start is a stalled search too. Measured in 10-minute runs (2
+workers, load 6-8): DGX2 2 chassis 1 MB answers "no" to 37..40 in 45-74 s each; AMD 2
+chassis 1 GB leaves its first question, "D <= 49?", open for the whole share (258 s), while
+LNS alone over the same 600 s reaches 50 slots where ``auto`` ended at 51."""
+
 
 def _ascending_then_lns(run: _Run, horizon: int) -> None:
     """``ascending`` until :data:`AUTO_ASCENDING_SHARE` of the time left is used, then LNS
@@ -695,12 +711,13 @@ def _ascending_then_lns(run: _Run, horizon: int) -> None:
     remaining = run.remaining()
     assert remaining is not None
     run.soft_deadline = time.perf_counter() + AUTO_ASCENDING_SHARE * remaining
+    run.question_cap = AUTO_QUESTION_SHARE * remaining
     try:
         _ascending(run, horizon)
     except _RefusedError as exc:
         # A question's model does not fit the memory budget or the ascending share of the
         # time: the refusal path (LNS, else the heuristic) with the whole time left.
-        run.soft_deadline = None
+        run.soft_deadline = run.question_cap = None
         run.fallback = str(exc)
         run.steps.append({"horizon": run.estimate.get("horizon"), "status": "refused", "reason": str(exc)})
         run.auto_choice = "ascending+lns"
@@ -709,6 +726,7 @@ def _ascending_then_lns(run: _Run, horizon: int) -> None:
         return
     finally:
         run.soft_deadline = None
+        run.question_cap = None
         run.question_model = None  # the questions' shared model is not LNS's: free it
     if run.incumbent_makespan is not None and run.incumbent_makespan > run.global_bound:
         run.auto_choice = "ascending+lns"
@@ -838,6 +856,56 @@ def _lns_instead(run: _Run) -> bool:
     return lns_search(run, run.incumbent_makespan)
 
 
+def _has_chassis(instance: Instance) -> bool:
+    try:
+        from ccplan.heuristics.cutaware import has_chassis
+    except ImportError:
+        return False
+    return has_chassis(instance.topology)
+
+
+WARM_START_COMPANIONS: dict[str, Callable[[Instance], bool]] = {"cut-aware": _has_chassis}
+"""Engines that run once after the ``heuristic`` portfolio's warm-start rounds, where they
+apply (engine name -> predicate); the best verified schedule is the warm start. The
+portfolio runs ``cut-aware`` only after four other variants, which its progress-budgeted
+rounds do not reach on AMD 4 chassis 1 GB (109 slots after 10 s, where ``cut-aware`` alone
+gives 85 in 3 s)."""
+
+
+def _companions(
+    instance: Instance, options: SolveOptions, t0: float, best: Schedule | None, lower: int
+) -> tuple[Schedule | None, str | None]:
+    """Run :data:`WARM_START_COMPANIONS` that apply; return the best schedule and the name of
+    the companion that gave it (None when the portfolio's stays best)."""
+    best_m = None if best is None else verify(instance, best).makespan_slots
+    source: str | None = None
+    for name, applies in WARM_START_COMPANIONS.items():
+        if best_m is not None and best_m <= lower:
+            break
+        try:
+            engine = get_engine(name)
+            if not applies(instance):
+                continue
+        except (ValidationError, ImportError):
+            continue
+        limit = WARM_START_CAP
+        if options.time_limit is not None:
+            limit = WARM_START_SHARE * (options.time_limit - (time.perf_counter() - t0))
+            if limit < 0.1:
+                break
+        try:
+            out = engine(instance, SolveOptions(time_limit=limit, workers=options.workers, seed=options.seed))
+        except CCPlanError as exc:
+            log.info("warm-start companion %r failed: %s", name, exc)
+            continue
+        if out.schedule is None:
+            continue
+        m = verify(instance, out.schedule).makespan_slots
+        if m is not None and (best_m is None or m < best_m):
+            best, best_m, source = out.schedule, m, name
+    return best, source
+
+
 def _warm_start(
     instance: Instance, options: SolveOptions, lower: int, facts: dict[str, float] | None = None
 ) -> tuple[Schedule | None, str, float]:
@@ -868,6 +936,9 @@ def _warm_start(
                 schedule = engine(instance, h_opts).schedule
             else:
                 schedule = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
+                schedule, companion = _companions(instance, options, t0, schedule, lower)
+                if companion is not None and facts is not None:
+                    facts[f"companion_{companion}"] = 1.0
         except CCPlanError as exc:
             log.warning("warm-start method %r failed: %s", name, exc)
     if schedule is None or not verify(instance, schedule).ok:
@@ -942,7 +1013,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         questions of a run share one model and one translation), ``progress_callback``
         (elapsed, incumbent, bound, gap), ``on_progress`` (elapsed, incumbent, bound), ``lns``
         (False: no large-neighbourhood search after a stall or a refusal), ``lns_rounds``,
-        ``lns_nonzeros``, ``lns_slice`` (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
+        ``lns_nonzeros``, ``lns_window_nonzeros``, ``lns_slice``, ``lns_neighbourhoods``
+        (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
         the best verified schedule with ``details["interrupted"] = True``.
 
     Returns
@@ -1057,6 +1129,9 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "solve_seconds": round(run.solve_seconds, 3),
         "warm_start_seconds": round(warm_seconds, 3),
         "warm_start_first_round_seconds": round(run.warm_facts.get("first_round_seconds", 0.0), 3),
+        # a companion engine (WARM_START_COMPANIONS) whose schedule beat the portfolio's
+        "warm_start_companion": next((k.removeprefix("companion_") for k in run.warm_facts
+                                      if k.startswith("companion_")), None),
         "cpsat_status": last.get("status"),
         "best_bound": bound,
         "trajectory": [(round(t, 4), o, b) for t, o, b in run.trajectory],

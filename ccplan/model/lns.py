@@ -27,8 +27,16 @@ re-optimise the inside:
    ``(makespan, demands first received at the makespan, sum of arrivals)``
    lexicographically.
 
+A *slot window* (rule ``slots``) frees every chunk instead, in the last slots ``a .. m``: the
+round builds the window model of :func:`ccplan.model.milp.build_model` with ``start`` (the
+incumbent's state at slot ``a``, :func:`ccplan.model.size.start_state`: holdings of GPUs
+and switches, sends in flight, link slots they still occupy), no sub-instance; the sends
+before ``a`` are the fixed part. ``a`` is the earliest slot whose window model fits the
+window's own size target (:func:`window_start`).
+
 The neighbourhood size adapts: it grows when CP-SAT proves a round optimal in a fraction of
-its time slice and shrinks when a round times out without improvement. ``docs/exact.md``
+its time slice and shrinks when a round times out without improvement; a slot window also
+grows (reaches further back) after a round proved optimal without a gain. ``docs/exact.md``
 (section "Large neighbourhood search") says when the ``milp`` engine uses it.
 """
 
@@ -45,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, Collective
 from ccplan.instances.instance import Instance
+from ccplan.model.size import StartState, estimate_size, start_state
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -85,6 +94,20 @@ LNS rounds on 1-9 chunks from 64 reached only 59 in 150 s."""
 LNS_HEURISTIC_CAP = 60.0
 """Most seconds of the heuristic run before LNS (10 s without a time limit)."""
 
+LNS_WINDOW_NONZEROS = 250_000
+"""First size of a slot window (``slots`` rounds), in estimated nonzeros of its window
+model; it adapts like the chunk neighbourhoods' size, on its own."""
+
+LNS_WINDOW_OVERSIZE = 4.0
+"""A slot window that must reach back to the first send landing in the last slot may exceed
+its size target; beyond this factor the round takes a ``late`` neighbourhood instead (on
+AMD 4 chassis 1 GB one slot's window is ~200,000 nonzeros and a send takes up to 8 slots)."""
+
+ROTATION: tuple[str, ...] = ("late", "slots", "links", "slots", "window", "slots", "random")
+"""Order in which the rules of :data:`NEIGHBOURHOODS` take the rounds: slot windows every
+other round (on AMD 2 chassis 1 GB they lowered the makespan where rounds of a few chunks
+only moved deliveries out of the last slot)."""
+
 
 # --------------------------------------------------------------------------- the restriction
 @dataclass(frozen=True)
@@ -100,11 +123,16 @@ class Neighbourhood:
     from_slot : int
         Sends of the free chunks that start before this slot stay fixed too (0: the free
         chunks are re-routed from scratch).
+    all_chunks : bool
+        A slot window: every chunk is free from ``from_slot`` on (``chunks`` must then name
+        them all) and the round builds the window model of
+        :func:`ccplan.model.milp.build_model` with ``start`` (no sub-instance).
     """
 
     kind: str
     chunks: tuple[Chunk, ...]
     from_slot: int = 0
+    all_chunks: bool = False
 
     def __post_init__(self) -> None:
         if not self.chunks:
@@ -115,6 +143,8 @@ class Neighbourhood:
             raise ValidationError(
                 f"neighbourhood.from_slot must be a non-negative integer, got {self.from_slot!r}"
             )
+        if not isinstance(self.all_chunks, bool):
+            raise ValidationError(f"neighbourhood.all_chunks must be a bool, got {self.all_chunks!r}")
 
 
 @dataclass(frozen=True)
@@ -306,7 +336,23 @@ def build_neighbourhood_model(
     for terms, left in rows:
         model.lns_residual_capacity.add(pyo.quicksum(terms) <= left)
 
-    demands = sub.collective.demands
+    floor = min(horizon, max(restriction.fixed_makespan, lower_bound))
+    _lns_objective(model, sub.collective.demands, horizon, floor)
+
+    hint = None
+    try:
+        hint = hint_from_schedule(model, sub, Schedule(restriction.free, method="incumbent"))
+        hint[model.D] = max(int(hint[model.D]), floor)
+    except ValidationError as exc:
+        log.info("lns: no hint for this neighbourhood: %s", exc)
+    return model, hint
+
+
+def _lns_objective(model: Any, demands: tuple[tuple[Chunk, int], ...], horizon: int, floor: int) -> None:
+    """Replace ``obj_1`` by the LNS objective (module docstring, step 4) over ``demands``
+    and raise ``D``'s lower bound to ``floor``."""
+    import pyomo.environ as pyo
+
     late = [model.z[s, c, v, horizon] for (s, c), v in demands if (s, c, v, horizon) in model.z]
     # Lexicographic weights: the sum of arrivals is at most n * H, the late count at most n.
     n = len(demands)
@@ -320,15 +366,47 @@ def build_neighbourhood_model(
         doc="LNS: min D, then the free demands first received in the last slot, then the sum "
         "of their first arrivals (14)",
     )
-    floor = min(horizon, max(restriction.fixed_makespan, lower_bound))
     model.D.setlb(floor)
 
+
+def build_window_model(
+    instance: Instance, schedule: Schedule, start: StartState, horizon: int, *, lower_bound: int = 0
+) -> tuple[Any, Any]:
+    """A slot window: every chunk free from ``start.slot`` on, the sends before it fixed.
+
+    The window model of :func:`ccplan.model.milp.build_model` (``start``; equations (2)-(14)
+    from the state of ``schedule`` at ``start.slot``: holdings of GPUs and switches, sends
+    in flight, link slots they still occupy) with the LNS objective over the demands open
+    at ``start.slot``. Nothing of the slots before the window is built.
+
+    Parameters
+    ----------
+    instance : Instance
+    schedule : Schedule
+        The incumbent (verified); ``start`` must be :func:`ccplan.model.size.start_state` of it.
+    start : StartState
+    horizon : int
+        The incumbent's makespan ``m``.
+    lower_bound : int
+        A proven lower bound on the whole schedule's makespan.
+
+    Returns
+    -------
+    (model, hint)
+        As :func:`build_neighbourhood_model`; the model's sends (absolute slots) and the
+        schedule's sends before ``start.slot`` make a complete schedule.
+    """
+    from ccplan.model.milp import build_model, hint_from_schedule
+
+    model = build_model(instance, horizon, lower_bound=None, cuts=True, start=start)
+    floor = min(horizon, max(start.floor, lower_bound))
+    _lns_objective(model, start.demands(instance.collective), horizon, floor)
     hint = None
     try:
-        hint = hint_from_schedule(model, sub, Schedule(restriction.free, method="incumbent"))
+        hint = hint_from_schedule(model, instance, schedule)
         hint[model.D] = max(int(hint[model.D]), floor)
     except ValidationError as exc:
-        log.info("lns: no hint for this neighbourhood: %s", exc)
+        log.info("lns: no hint for this window: %s", exc)
     return model, hint
 
 
@@ -342,6 +420,7 @@ class _State:
     makespan: int
     arrival: dict[tuple[Chunk, int], int]
     rng: random.Random
+    window_nonzeros: float = LNS_WINDOW_NONZEROS  # size target of a slot window
 
     def chunk_finish(self) -> dict[Chunk, int]:
         out: dict[Chunk, int] = defaultdict(int)
@@ -406,6 +485,38 @@ def _window(state: _State, size: int) -> Neighbourhood:
     return Neighbourhood("window", chunks, from_slot=state.makespan // 2)
 
 
+def window_start(instance: Instance, schedule: Schedule, makespan: int, nonzeros: float) -> int:
+    """The earliest slot ``a`` whose window model (slots ``a .. makespan``, every chunk free)
+    has at most ``nonzeros`` estimated nonzeros; ``makespan - 1`` when even the last slot's
+    is larger (the smallest window). A binary search: the estimate shrinks as ``a`` grows."""
+    lo, hi = 0, max(0, makespan - 1)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        est = estimate_size(instance, makespan, start=start_state(instance, schedule, mid))
+        if est.nonzeros <= nonzeros:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _slots(state: _State, size: int) -> Neighbourhood:
+    """A slot window at the end: every chunk free in the last slots, where the late demands
+    are, with the state at the window's first slot fixed (switches' copies included). Its
+    length follows the window's own size target (``size`` counts chunks: not used), but it
+    always starts at or before the first send that delivers a demand in the last slot: a
+    send in flight across the window's start is fixed, and one that lands in the last slot
+    would pin ``D`` (on DGX2 2 chassis 1 MB a NIC send takes L = 21 slots, so windows of
+    the size target alone, 15-30 slots, could never lower the makespan)."""
+    a = window_start(state.instance, state.schedule, state.makespan, state.window_nonzeros)
+    lat, index = state.instance.latency, state.instance.topology.link_index
+    wanted = set(state.instance.collective.demands)
+    last = [s.slot for s in state.schedule.sends
+            if (s.chunk, s.dst) in wanted and s.slot + int(lat[index[(s.src, s.dst)]]) == state.makespan]
+    a = min([a, *last])
+    return Neighbourhood("slots", state.instance.collective.chunk_ids, from_slot=a, all_chunks=True)
+
+
 def _random(state: _State, size: int) -> Neighbourhood:
     """Any chunks (diversification)."""
     ids = list(state.instance.collective.chunk_ids)
@@ -416,7 +527,7 @@ def _random(state: _State, size: int) -> Neighbourhood:
 NeighbourhoodRule = Callable[[_State, int], Neighbourhood]
 
 NEIGHBOURHOODS: dict[str, NeighbourhoodRule] = {
-    "late": _late, "links": _links, "window": _window, "random": _random,
+    "late": _late, "slots": _slots, "links": _links, "window": _window, "random": _random,
 }
 """Neighbourhood rules, tried in this order round after round."""
 
@@ -451,12 +562,15 @@ def _per_chunk_nonzeros(run: _Run, horizon: int) -> float:
     return est.nonzeros / max(1, len(run.instance.collective.chunk_ids))
 
 
-def _fits(run: _Run, restriction: Restriction, horizon: int) -> tuple[bool, float]:
-    """The sub-model's estimated size against the memory budget and the time left."""
+def _fits(run: _Run, restriction: Restriction | StartState, horizon: int) -> tuple[bool, float]:
+    """The sub-model's (or the window model's) estimated size against the memory budget and
+    the time left."""
     from ccplan.model.exact import BUILD_SHARE
-    from ccplan.model.size import estimate_size
 
-    est = estimate_size(restriction.instance, horizon)
+    if isinstance(restriction, StartState):
+        est = estimate_size(run.instance, horizon, start=restriction)
+    else:
+        est = estimate_size(restriction.instance, horizon)
     remaining = run.remaining()
     ok = est.bytes <= run.memory_budget and (remaining is None or est.seconds <= BUILD_SHARE * remaining)
     return ok, est.seconds
@@ -495,7 +609,11 @@ def lns_search(run: _Run, horizon: int) -> bool:
     when there is no time limit.
 
     Returns False (and does nothing) when there is no incumbent or not even one chunk's
-    model fits the memory budget and the time left.
+    model fits the memory budget and the time left. ``extra``: ``lns_rounds``,
+    ``lns_nonzeros`` (first chunk-neighbourhood size), ``lns_window_nonzeros`` (first slot
+    window size), ``lns_slice`` (CP-SAT seconds per round), ``lns_neighbourhoods`` (the
+    rotation, names of :data:`NEIGHBOURHOODS`; ``slots`` is left out on instances with
+    cut-through switches).
     """
     from ccplan.model.exact import _progress, solve_model_with
     from ccplan.model.milp import schedule_from_model
@@ -528,9 +646,18 @@ def lns_search(run: _Run, horizon: int) -> bool:
     n_chunks = len(instance.collective.chunk_ids)
     per_chunk = _per_chunk_nonzeros(run, cur_score[0])
     target = float(opts.extra.get("lns_nonzeros", LNS_TARGET_NONZEROS))
+    window_target = float(opts.extra.get("lns_window_nonzeros", LNS_WINDOW_NONZEROS))
     max_rounds = opts.extra.get("lns_rounds")
     slice_s = float(opts.extra.get("lns_slice", LNS_SLICE_SECONDS))
-    kinds = list(NEIGHBOURHOODS)
+    kinds = list(opts.extra.get("lns_neighbourhoods", ROTATION))
+    unknown = [k for k in kinds if k not in NEIGHBOURHOODS]
+    if unknown or not kinds:
+        raise ValidationError(
+            f"extra['lns_neighbourhoods']: choose from {', '.join(NEIGHBOURHOODS)}, got {kinds!r}"
+        )
+    if instance.bufferless and "slots" in kinds:
+        # a cut-through switch's state at a slot is not a holding
+        kinds = [k for k in kinds if k != "slots"] or ["late"]
     stale = 0
     progress = _progress(run, 0.0)
     while True:
@@ -562,23 +689,47 @@ def lns_search(run: _Run, horizon: int) -> bool:
             break
         m = cur_score[0]
         size = max(1, min(n_chunks, int(target / max(per_chunk, 1.0))))
-        state = _State(instance, current, m, arrivals(instance, current), rng)
+        state = _State(instance, current, m, arrivals(instance, current), rng, window_target)
         hood = NEIGHBOURHOODS[kinds[report.rounds % len(kinds)]](state, size)
-        restriction = restrict(instance, current, hood.chunks)
-        ok, build_s = _fits(run, restriction, m)
-        while not ok and len(hood.chunks) > 1:
-            hood = Neighbourhood(hood.kind, hood.chunks[: max(1, len(hood.chunks) // 2)], hood.from_slot)
+        start: StartState | None = None
+        if hood.all_chunks:
+            start = start_state(instance, current, hood.from_slot)
+            ok, build_s = _fits(run, start, m)
+            while not ok and hood.from_slot < m - 1:
+                # a shorter window: half the size target
+                window_target = max(LNS_MIN_NONZEROS, window_target / 2)
+                a = max(hood.from_slot + 1, window_start(instance, current, m, window_target))
+                hood = Neighbourhood(hood.kind, hood.chunks, a, all_chunks=True)
+                start = start_state(instance, current, a)
+                ok, build_s = _fits(run, start, m)
+            if ok and estimate_size(instance, m, start=start).nonzeros > LNS_WINDOW_OVERSIZE * window_target:
+                ok = False  # far above its target (module constant): not worth a round
+            if not ok:
+                # not even the last slot's window fits: a chunk neighbourhood this round
+                hood = _late(state, size)
+                start = None
+        if start is None:
             restriction = restrict(instance, current, hood.chunks)
             ok, build_s = _fits(run, restriction, m)
-            target = min(target, len(hood.chunks) * per_chunk)
-        if not ok:
-            report.stopped = "one chunk's model does not fit the memory budget or the time left"
-            break
+            while not ok and len(hood.chunks) > 1:
+                hood = Neighbourhood(hood.kind, hood.chunks[: max(1, len(hood.chunks) // 2)], hood.from_slot)
+                restriction = restrict(instance, current, hood.chunks)
+                ok, build_s = _fits(run, restriction, m)
+                target = min(target, len(hood.chunks) * per_chunk)
+            if not ok:
+                report.stopped = "one chunk's model does not fit the memory budget or the time left"
+                break
         report.rounds += 1
         report.last_size = len(hood.chunks)
         tb = time.perf_counter()
-        model, hint = build_neighbourhood_model(restriction, m, from_slot=hood.from_slot,
-                                                lower_bound=run.global_bound)
+        fixed: tuple[Send, ...]
+        if start is not None:
+            model, hint = build_window_model(instance, current, start, m, lower_bound=run.global_bound)
+            fixed, model_instance = tuple(s for s in current.sends if s.slot < start.slot), instance
+        else:
+            model, hint = build_neighbourhood_model(restriction, m, from_slot=hood.from_slot,
+                                                    lower_bound=run.global_bound)
+            fixed, model_instance = restriction.fixed, restriction.instance
         run.build_seconds += time.perf_counter() - tb
         remaining = run.remaining()
         limit = slice_s if remaining is None else max(min(slice_s, remaining - 0.5), 0.05)
@@ -599,8 +750,8 @@ def lns_search(run: _Run, horizon: int) -> bool:
         }
         improved = False
         if res.has_solution:
-            new = schedule_from_model(model, restriction.instance).sends
-            merged = Schedule.of(restriction.fixed + tuple(new), method="milp")
+            new = schedule_from_model(model, model_instance).sends
+            merged = Schedule.of(fixed + tuple(new), method="milp")
             rep = verify(instance, merged)
             if not rep.ok:
                 log.error("lns: merged schedule fails verification: %s", rep.violations[0])
@@ -625,7 +776,14 @@ def lns_search(run: _Run, horizon: int) -> bool:
             raise KeyboardInterrupt
         stale = 0 if improved else stale + 1
         quick = res.status == "optimal" and res.wall_seconds < LNS_QUICK_SHARE * limit
-        if quick and len(hood.chunks) == size:
+        if start is not None:
+            # A window proved optimal without a gain cannot give more at that length: the
+            # next one reaches further back (it slides from the end backwards as it grows).
+            if quick or (res.status == "optimal" and not improved):
+                window_target = window_target * LNS_GROW
+            elif not improved and res.status != "optimal":
+                window_target = max(LNS_MIN_NONZEROS, window_target * LNS_SHRINK)
+        elif quick and len(hood.chunks) == size:
             target = target * LNS_GROW
         elif not improved and res.status != "optimal":
             target = max(LNS_MIN_NONZEROS, per_chunk, target * LNS_SHRINK)

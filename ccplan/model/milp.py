@@ -52,7 +52,7 @@ from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.model.rows import NO_BOUND, ArrayForm, RowBlock, attach, csr_block, paused_gc
 from ccplan.model.size import INF as INF  # re-exported: ModelIndex.earliest uses it
-from ccplan.model.size import reach_windows, y_window
+from ccplan.model.size import StartState, reach_windows, y_window
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,9 @@ class ModelIndex:
         demand`` (``H`` for demanders, ``-INF`` if no demander can be reached).
     nonzeros : int
         Number of (variable, row) coefficients in the constraints.
+    start : StartState or None
+        The state the model starts from (a window model of the slots ``start.slot .. H``);
+        None for the whole model.
     """
 
     instance: Instance
@@ -158,6 +161,7 @@ class ModelIndex:
     earliest: Mapping[tuple[Chunk, int], int]
     latest: Mapping[tuple[Chunk, int], int]
     nonzeros: int
+    start: StartState | None = None
 
 
 def model_index(model: pyo.ConcreteModel) -> ModelIndex:
@@ -204,6 +208,8 @@ class _Plan:
     zcol0: np.ndarray  # (K, N): column of z[k, v, t] is zcol0 + t (demands only)
     earliest: dict[tuple[Chunk, int], int]
     latest: dict[tuple[Chunk, int], int]
+    origin: int  # first slot of the model (the start state's slot; 0 for the whole model)
+    demands: tuple[tuple[Chunk, int], ...]  # demands the model must meet
 
     @property
     def nx(self) -> int:
@@ -236,12 +242,14 @@ def _expand(first: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return owner, slots
 
 
-def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
+def _plan(instance: Instance, horizon: int, dense: bool, start: StartState | None = None) -> _Plan:
     """The sparse (or dense) index sets of :func:`build_model`, vectorised over chunks x links
     and chunks x nodes; the windows come from :func:`ccplan.model.size.reach_windows`."""
     topo = instance.topology
     coll = instance.collective
     H = horizon
+    origin = 0 if start is None else start.slot
+    holders = coll.holders if start is None else start.holders(coll)
     chunks = coll.chunk_ids
     nodes = topo.node_ids
     pos = {v: i for i, v in enumerate(nodes)}
@@ -250,13 +258,13 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
     occ = np.asarray(instance.occupancy, dtype=np.int64)
     src = np.array([pos[link.src] for link in topo.links], dtype=np.int64)
     dst = np.array([pos[link.dst] for link in topo.links], dtype=np.int64)
-    earliest, latest, demanders = reach_windows(instance, H, dense)
+    earliest, latest, demanders = reach_windows(instance, H, dense, start)
     ea = np.array([[earliest[(k, v)] for v in nodes] for k in chunks], dtype=np.int64).reshape(K, N)
     la = np.array([[latest[(k, v)] for v in nodes] for k in chunks], dtype=np.int64).reshape(K, N)
     held = np.zeros((K, N), dtype=bool)
     dem = np.zeros((K, N), dtype=bool)
     for k, chunk in enumerate(chunks):
-        held[k, [pos[v] for v in coll.holders[chunk]]] = True
+        held[k, [pos[v] for v in holders.get(chunk, ())]] = True
         dem[k, [pos[v] for v in demanders.get(chunk, ())]] = True
 
     # x: one window per (chunk, link), chunk-major like the keys of the Pyomo set.
@@ -270,10 +278,18 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
     count = np.maximum(last - first + 1, 0)
     owner, xt = _expand(first.ravel(), count.ravel())
     xk, xe = owner // E, owner % E
+    starts: set[int] = set()
     if not dense and instance.outage_set:
         # a start whose occupancy window t .. t+l-1 meets an outage has no variable
         starts = {e * (H + 1) + t for e, q in instance.outage_set
                   for t in range(max(0, q - int(occ[e]) + 1), q + 1)}
+    if start is not None and (start.busy_send or start.busy_recv):
+        # single_port: a port the sends before the window still use is closed to the window
+        for busy, ends in ((start.busy_send, topo.out_links), (start.busy_recv, topo.in_links)):
+            for v, q in busy:
+                starts.update(e * (H + 1) + t for e in ends[v]
+                              for t in range(max(0, q - int(occ[e]) + 1), q + 1))
+    if starts:
         keep = ~np.isin(xe * (H + 1) + xt, np.fromiter(starts, dtype=np.int64, count=len(starts)))
         xk, xe, xt = xk[keep], xe[keep], xt[keep]
 
@@ -282,7 +298,7 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
     for k in range(K):
         for v in range(N):
             ylo[k, v], yhi[k, v] = y_window(H, dense, bool(held[k, v]), bool(dem[k, v]),
-                                            int(ea[k, v]), int(la[k, v]))
+                                            int(ea[k, v]), int(la[k, v]), origin)
     ny_pair = np.maximum(yhi - ylo + 1, 0)
     nx = xk.size
     ycol0 = nx + (np.cumsum(ny_pair.ravel()) - ny_pair.ravel()).reshape(K, N) - ylo
@@ -294,7 +310,8 @@ def _plan(instance: Instance, horizon: int, dense: bool) -> _Plan:
     zk, zv = owner // N, owner % N
     return _Plan(chunks=chunks, nodes=nodes, src=src, dst=dst, held=held, xk=xk, xe=xe, xt=xt,
                  ylo=ylo, yhi=yhi, ycol0=ycol0, yk=yk, yv=yv, yt=yt, zk=zk, zv=zv, zt=zt,
-                 zcol0=zcol0, earliest=earliest, latest=latest)
+                 zcol0=zcol0, earliest=earliest, latest=latest, origin=origin,
+                 demands=coll.demands if start is None else start.demands(coll))
 
 
 # --------------------------------------------------------------------------- rows
@@ -388,6 +405,7 @@ def build_model(
     dense: bool = False,
     lower_bound: int | None = None,
     cuts: bool = True,
+    start: StartState | None = None,
 ) -> pyo.ConcreteModel:
     """Build the MILP (1)-(14) of ``000_*.txt`` for ``instance`` with slot horizon ``H``.
 
@@ -406,6 +424,16 @@ def build_model(
     cuts : bool
         Add the valid redundant rows ``cut_receive_once`` and ``cut_arrival_by_send`` (and
         ``cut_lower_bound``); none of them is part of the paper, none changes the optimum.
+    start : StartState, optional
+        Build the *window model* of the slots ``a = start.slot .. H`` (sparse only): every
+        chunk is free from ``a`` on, the sends before ``a`` are constants. Equations (2)-(14)
+        are the same with slot ``a`` in the place of slot 0: (2) holds ``y[k, v, a] = 1``
+        for the nodes ``start.ready`` names (a switch holding a copy included; a node whose
+        chunk is still in flight holds it in the model but its sends of the chunk start at
+        the arrival), the open demands are ``start.demands``, (7) has ``omega`` less
+        ``start.used``, ``D >= start.floor``. Variables keep their absolute slots, so
+        :func:`schedule_from_model` gives the window's sends; with the sends before ``a`` they
+        are a complete schedule (docs/exact.md, "Slot windows").
 
     Returns
     -------
@@ -438,19 +466,26 @@ def build_model(
         not isinstance(lower_bound, int) or isinstance(lower_bound, bool) or lower_bound < 0
     ):
         raise ValidationError(f"lower_bound must be a non-negative integer, got {lower_bound!r}")
+    if start is not None:
+        if dense:
+            raise ValidationError("a window model (start=...) is built sparse only")
+        if instance.bufferless:
+            raise ValidationError("a window model (start=...) needs store-and-forward switches")
+        if not start.slot < horizon:
+            raise ValidationError(f"start.slot {start.slot} must be below the horizon {horizon}")
 
     with paused_gc():
-        return _build(instance, horizon, dense, lower_bound, cuts)
+        return _build(instance, horizon, dense, lower_bound, cuts, start)
 
 
 def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | None,
-           cuts: bool) -> pyo.ConcreteModel:
+           cuts: bool, start: StartState | None = None) -> pyo.ConcreteModel:
     topo = instance.topology
-    coll = instance.collective
     lat = np.asarray(instance.latency, dtype=np.int64)
     occ = np.asarray(instance.occupancy, dtype=np.int64)
     H = horizon
-    plan = _plan(instance, H, dense)
+    plan = _plan(instance, H, dense, start)
+    origin = plan.origin
     nodes = np.array(plan.nodes, dtype=np.int64)
     K, N = plan.held.shape
     nx, ny, d_col = plan.nx, plan.ny, plan.d_col
@@ -469,13 +504,14 @@ def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | Non
     m.x = pyo.Var(m.X_INDEX, domain=pyo.Binary, doc="x_{s,(u,v),c,t}: chunk sent on link in slot t")
     m.y = pyo.Var(m.Y_INDEX, domain=pyo.Binary, doc="y_{s,v,c,t}: v holds the chunk at the start of t")
     m.z = pyo.Var(m.Z_INDEX, domain=pyo.Binary, doc="z_{s,v,c,t}: v first holds the chunk at slot t")
-    m.D = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0, H), doc="makespan in slots")
+    m.D = pyo.Var(domain=pyo.NonNegativeIntegers, bounds=(0 if start is None else min(start.floor, H), H),
+                  doc="makespan in slots")
     form = ArrayForm(columns=[*m.x.values(), *m.y.values(), *m.z.values(), m.D])
     columns = form.columns
 
     # Demands in the order of coll.demands (sorted), as positions and y windows.
-    dk = np.array([plan.chunks.index(chunk) for chunk, _ in coll.demands], dtype=np.int64)
-    dv = np.array([plan.nodes.index(v) for _, v in coll.demands], dtype=np.int64)
+    dk = np.array([plan.chunks.index(chunk) for chunk, _ in plan.demands], dtype=np.int64)
+    dv = np.array([plan.nodes.index(v) for _, v in plan.demands], dtype=np.int64)
     dlo, dhi = plan.ylo[dk, dv], plan.yhi[dk, dv]
     demand_row = np.full((K, N), -1, dtype=np.int64)
     demand_row[dk, dv] = np.arange(dk.size)
@@ -497,14 +533,14 @@ def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | Non
     )
     nnz = 0
 
-    # (2)/(3): y at slot 0, where it exists (the sparse build has none for non-holders: the
-    # constant 0 of (3)).
-    at0 = np.argwhere((plan.ylo == 0) & (plan.yhi >= 0))  # (k, v) in chunk-major order
+    # (2)/(3): y at slot 0 (a window model: at its first slot), where it exists (the sparse
+    # build has none for non-holders: the constant 0 of (3)).
+    at0 = np.argwhere((plan.ylo == origin) & (plan.yhi >= origin))  # (k, v) in chunk-major order
     for name, want in (("c2_initial_hold", True), ("c3_initial_empty", False)):
         pick = at0[plan.held[at0[:, 0], at0[:, 1]] == want]
         k, v = pick[:, 0], pick[:, 1]
         rows = _Entries()
-        rows.add(np.arange(k.size), plan.y_col(k, v, np.zeros_like(k)), 1)
+        rows.add(np.arange(k.size), plan.y_col(k, v, np.full_like(k, origin)), 1)
         nnz += _install(m, form, rows.block(name, _keys(plan, k, nodes[v]), int(want), int(want)), 3)
 
     # (4) only for chunks someone needs; an empty row (no send can leave in time) is implied
@@ -532,7 +568,7 @@ def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | Non
     # switch that does not hold the chunk, the variant c6_buffer_cut_through drops y_{t-1}: the
     # switch holds a chunk only in a slot in which it arrives (docs/model.md).
     ycol = np.arange(nx, nx + ny, dtype=np.int64)
-    has_row = plan.yt >= 1
+    has_row = plan.yt >= origin + 1
     bufferless = np.isin(nodes, np.fromiter(instance.bufferless, dtype=np.int64))
     passing = bufferless[plan.yv] & ~plan.held[plan.yk, plan.yv]
     arrive = plan.xt + lat[plan.xe]
@@ -568,6 +604,11 @@ def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | Non
     for e, q in instance.outage_set:
         if q < span:
             cap[e * span + q] = 0
+    if start is not None:
+        # what the sends before the window still occupy (occupancy l > 1)
+        for (e, q), n in start.used.items():
+            if q < span:
+                cap[e * span + q] = max(0, cap[e * span + q] - n)
     kept = np.flatnonzero(counts > cap)
     row_of_code = np.full(E * span, -1, dtype=np.int64)
     row_of_code[kept] = np.arange(kept.size)
@@ -665,6 +706,7 @@ def _build(instance: Instance, horizon: int, dense: bool, lower_bound: int | Non
         earliest=dict(plan.earliest),
         latest=dict(plan.latest),
         nonzeros=nnz,
+        start=start,
     )
     object.__setattr__(m, _META_ATTR, meta)
     log.debug("built %s: %s", m.name, model_size(m))
@@ -781,7 +823,10 @@ def hint_from_schedule(
 
     The schedule is verified first. Sends that help no demand are dropped (they cannot lower
     the makespan); the others set ``x = 1``; ``y[k, v, t] = 1`` from the arrival slot on,
-    ``z`` marks the arrival slot of each demand, ``D`` is the makespan.
+    ``z`` marks the arrival slot of each demand, ``D`` is the makespan. For a window model
+    (``build_model(..., start=...)``) ``schedule`` is the whole schedule the start state was
+    read from: its sends before the window are the model's constants, its holdings and
+    sends in flight at the window's first slot are the model's holders there.
 
     Raises
     ------
@@ -811,10 +856,17 @@ def hint_from_schedule(
 
     arrival: dict[tuple[Chunk, int], int] = {}
     passing: dict[tuple[Chunk, int], set[int]] = defaultdict(set)  # cut-through switches
-    for chunk, nodes in coll.holders.items():
-        for v in nodes:
-            arrival[(chunk, v)] = 0
+    origin = 0 if meta.start is None else meta.start.slot
+    if meta.start is None:
+        for chunk, nodes in coll.holders.items():
+            for v in nodes:
+                arrival[(chunk, v)] = 0
+    else:
+        for held in meta.start.ready:
+            arrival[held] = origin  # a holder of the window model (in flight included)
     for send in _contributing(instance, schedule):
+        if send.slot < origin:
+            continue  # a constant of the window model
         e = topo.link_index[(send.src, send.dst)]
         key = (send.chunk[0], send.chunk[1], e, send.slot)
         if key not in model.x:
@@ -837,6 +889,9 @@ def hint_from_schedule(
     for (s, c, v, t), var in model.z.items():
         values[var] = int(arrival.get(((s, c), v)) == t and t > 0)
     makespan = max((arrival[(chunk, v)] for chunk, v in coll.demands), default=0)
+    if meta.start is not None:
+        # the whole schedule's makespan: the open demands' arrivals and the constants' floor
+        makespan = max([meta.start.floor, *(arrival[d] for d in meta.start.demands(coll))])
     if meta.lower_bound is not None and makespan < meta.lower_bound:
         raise ValidationError(
             f"hint schedule has makespan {makespan} below the model's lower_bound {meta.lower_bound}"
