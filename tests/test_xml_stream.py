@@ -156,3 +156,24 @@ def test_truncated_file_is_a_parse_error_only(tmp_path: Path) -> None:
     path.write_text(text[: len(text) // 2])
     report = validate_xml(path)
     assert [e.kind for e in report.errors] == ["parse"]
+
+
+def test_validate_xml_cli_reads_only_the_instance_of_a_columnar_file(tmp_path: Path) -> None:
+    """``validate-xml --expect run.npz`` needs the instance alone: ``load_columnar_instance``
+    returns the instance ``load_columnar`` returns, and the CLI accepts the XML against it
+    (exit 0) and rejects a broken one (exit 1)."""
+    from ccplan.cli import main
+    from ccplan.schedule import save_schedule
+    from ccplan.schedule.columnar import load_columnar, load_columnar_instance
+
+    topo = dgx1()
+    inst = make_instance(topo, make_collective("allgather", topo, 1), "1MB")
+    schedule = greedy_schedule(inst)
+    npz = tmp_path / "run.npz"
+    save_schedule(npz, inst, schedule)
+    assert load_columnar_instance(npz) == load_columnar(npz)[0] == inst
+    xml = tmp_path / "run.xml"
+    xml.write_text(to_msccl_xml(inst, schedule))
+    assert main(["validate-xml", str(xml), "--expect", str(npz)]) == 0
+    xml.write_text(to_msccl_xml(inst, schedule).replace('type="rcs"', 'type="r"', 1))
+    assert main(["validate-xml", str(xml), "--expect", str(npz)]) == 1
