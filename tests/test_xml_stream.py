@@ -177,3 +177,36 @@ def test_validate_xml_cli_reads_only_the_instance_of_a_columnar_file(tmp_path: P
     assert main(["validate-xml", str(xml), "--expect", str(npz)]) == 0
     xml.write_text(to_msccl_xml(inst, schedule).replace('type="rcs"', 'type="r"', 1))
     assert main(["validate-xml", str(xml), "--expect", str(npz)]) == 1
+
+
+def test_blocks_listed_out_of_id_order_keep_their_dependencies() -> None:
+    """Broadcast from GPU 0 over GPU 1 to GPU 2, GPU 1's blocks listed as tb 1 then tb 0: tb 1
+    sends o[0] after (depid 0, deps 0) tb 0 has received it. Ids, not document positions,
+    name the blocks, so the read is ordered after the write: the file is valid. Without the
+    dependency it is the race of ``race_no_dependency.xml`` (and the simulation, which may run
+    the send first, can miss the postcondition too)."""
+
+    def text(depid: int) -> str:
+        g1 = (
+            '  <gpu id="1" i_chunks="0" o_chunks="1" s_chunks="0">\n'
+            '    <tb id="1" send="2" recv="-1" chan="0">\n'
+            + step(0, "s", "o", 0, "o", 0, depid=depid, deps=0 if depid >= 0 else -1)
+            + "    </tb>\n"
+            '    <tb id="0" send="-1" recv="0" chan="0">\n'
+            + step(0, "r", "o", 0, "o", 0, hasdep=1 if depid >= 0 else 0)
+            + "    </tb>\n  </gpu>\n"
+        )
+        return doc(
+            3,
+            1,
+            "broadcast",
+            [
+                gpu(0, [(1, -1, [step(0, "s", "o", 0, "o", 0)])], o_chunks=1),
+                g1,
+                gpu(2, [(-1, 1, [step(0, "r", "o", 0, "o", 0)])], o_chunks=1),
+            ],
+        )
+
+    report = validate_xml(text(0))
+    assert report.ok, [str(e) for e in report.errors]
+    assert "race" in validate_xml(text(-1)).kinds()

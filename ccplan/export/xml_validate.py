@@ -1203,13 +1203,17 @@ def _ordered_locally(
     dnodes = np.flatnonzero(col["depid"] >= 0)
     if len(dnodes):
         first = np.asarray(doc.tb_first, dtype=np.int64)
-        # no structural errors here: block ids are 0..T-1 per GPU, in document order
-        base: dict[int, int] = {}
-        for r, (g, t) in enumerate(zip(doc.tb_gpu, doc.tb_id, strict=True)):
-            if t == 0:
-                base[g] = r
-        gbase = np.array([base[g] for g in gpu[dnodes].tolist()], dtype=np.int64)
-        dep[dnodes] = first[gbase + col["depid"][dnodes]] + col["deps"][dnodes]
+        # no structural or dependency errors here: every (gpu, depid) names one block
+        rec_of = {(g, t): r for r, (g, t) in enumerate(zip(doc.tb_gpu, doc.tb_id, strict=True))}
+        target = np.fromiter(
+            (
+                rec_of[(g, t)]
+                for g, t in zip(gpu[dnodes].tolist(), col["depid"][dnodes].tolist(), strict=True)
+            ),
+            dtype=np.int64,
+            count=len(dnodes),
+        )
+        dep[dnodes] = first[target] + col["deps"][dnodes]
     ntb = Counter(doc.tb_gpu)
     budget = 1 << 23
     pair_gpu = gpu[b]
