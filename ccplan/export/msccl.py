@@ -30,6 +30,12 @@ cross-thread-block dependencies. This module follows the mapping recipe of
 7. **Replication**: ``instances = k`` repeats the program k times on fresh channels with
    interleaved chunk offsets ``x*k + i``.
 
+Memory: items 3-6 depend only on a rank's own transfers and the buffer layout, except two
+facts per transfer that its other end decides (where the receiver stores it, what the sender
+sends). :class:`_Planner` plans one rank at a time; a first pass records those facts (a few
+integers per transfer) and checks every limit, and the rendering plans each rank again. The
+transfers are numpy columns, so the peak is one rank's step objects plus bytes per transfer.
+
 Switches: MSCCL connects GPUs only. By default (``switches="collapse"``) a relay
 ``u -> switch -> ... -> v`` becomes one logical GPU-to-GPU transfer ``u -> v`` (the runtime's
 transport, e.g. NET through the switch, carries it); a switch that copies a chunk to several
