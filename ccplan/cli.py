@@ -500,8 +500,13 @@ def cmd_validate_xml(args: argparse.Namespace) -> int:
     expect = None
     if args.expect:
         from ccplan.schedule import load_schedule
+        from ccplan.schedule.columnar import is_columnar, load_columnar_instance
 
-        expect, _ = load_schedule(args.expect)
+        # only the instance is needed: a columnar file's sends are not read
+        if is_columnar(args.expect):
+            expect = load_columnar_instance(args.expect)
+        else:
+            expect, _ = load_schedule(args.expect)
     report = validate_xml(Path(args.xml), expect=expect, dialect=args.dialect)
     if report.ok:
         print(f"OK  {args.xml}")

@@ -30,6 +30,12 @@ cross-thread-block dependencies. This module follows the mapping recipe of
 7. **Replication**: ``instances = k`` repeats the program k times on fresh channels with
    interleaved chunk offsets ``x*k + i``.
 
+Memory: items 3-6 depend only on a rank's own transfers and the buffer layout, except two
+facts per transfer that its other end decides (where the receiver stores it, what the sender
+sends). :class:`_Planner` plans one rank at a time; a first pass records those facts (a few
+integers per transfer) and checks every limit, and the rendering plans each rank again. The
+transfers are numpy columns, so the peak is one rank's step objects plus bytes per transfer.
+
 Switches: MSCCL connects GPUs only. By default (``switches="collapse"``) a relay
 ``u -> switch -> ... -> v`` becomes one logical GPU-to-GPU transfer ``u -> v`` (the runtime's
 transport, e.g. NET through the switch, carries it); a switch that copies a chunk to several
@@ -47,7 +53,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ccplan.errors import ValidationError
 from ccplan.export.atomic import sigint_blocked, staging_path
@@ -182,9 +190,12 @@ def canonical_kind(kind: str) -> str:
 
 
 # ============================================================================ buffers
-@dataclass(frozen=True, order=True, slots=True)
-class Loc:
-    """A place in one rank's buffers: ``buf`` in ``{"i", "o", "s"}``, ``off`` in MSCCL chunks."""
+class Loc(NamedTuple):
+    """A place in one rank's buffers: ``buf`` in ``{"i", "o", "s"}``, ``off`` in MSCCL chunks.
+
+    A named tuple (immutable, ordered by ``(buf, off)``): the exporter hashes and compares
+    millions of them at cluster scale.
+    """
 
     buf: str
     off: int
@@ -588,8 +599,8 @@ class _Op:
     step: int = -1
     deps: list[_Op] = field(default_factory=list)
     hasdep: bool = False
-    partner_send: _Op | None = None
-    partner_recv: _Op | None = None
+    out_transfer: int = -1
+    """The transfer a fused receive-and-forward step sends on (-1: none)."""
 
     def reads(self) -> list[Loc]:
         if self.type in ("s", "rrs", "rrc", "rrcs", "cpy") and self.src is not None:
@@ -603,6 +614,8 @@ class _Op:
 
 
 def _span(loc: Loc, cnt: int) -> list[Loc]:
+    if cnt == 1:
+        return [loc]
     return [Loc(loc.buf, loc.off + k) for k in range(cnt)]
 
 
@@ -637,9 +650,374 @@ def _fmt_loc(loc: Loc | None) -> tuple[str, int]:
     return ("o", -1) if loc is None else (loc.buf, loc.off)
 
 
+_BUFS = ("i", "o", "s")
+_BUF_INDEX = {b: i for i, b in enumerate(_BUFS)}
+
+
+@dataclass(frozen=True)
+class _Transfers:
+    """The logical transfers as numpy columns (one row per transfer, schedule order).
+
+    ``k`` is the chunk's index in the layout's chunk order; ranks, not node ids.
+    """
+
+    k: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    send_key: np.ndarray
+    recv_key: np.ndarray
+    reduce: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.k)
+
+
+def _transfer_columns(
+    instance: Instance, schedule: Schedule, switches: str, chunk_idx: Mapping[Chunk, int]
+) -> _Transfers:
+    """:func:`logical_transfers` as columns; sends between GPUs are read without an object each."""
+    if switches not in SWITCH_POLICIES:
+        raise ValidationError(f"switches must be one of {SWITCH_POLICIES}, got {switches!r}")
+    topo = instance.topology
+    sends = schedule.sends
+    nodes = max(topo.kind, default=-1) + 1
+    is_switch = np.zeros(max(nodes, 1), dtype=bool)
+    for node, kind in topo.kind.items():
+        is_switch[node] = kind == "switch"
+    count = len(sends)
+    src = np.fromiter((s.src for s in sends), dtype=np.int64, count=count)
+    dst = np.fromiter((s.dst for s in sends), dtype=np.int64, count=count)
+    in_range = bool(count == 0 or (src.max() < nodes and dst.max() < nodes))
+    if not in_range or is_switch[src].any() or is_switch[dst].any():
+        out = logical_transfers(instance, schedule, switches)
+        return _Transfers(
+            k=np.fromiter((chunk_idx[t.chunk] for t in out), dtype=np.int64, count=len(out)),
+            src=np.fromiter((t.src for t in out), dtype=np.int64, count=len(out)),
+            dst=np.fromiter((t.dst for t in out), dtype=np.int64, count=len(out)),
+            send_key=np.fromiter((t.send_key for t in out), dtype=np.int64, count=len(out)),
+            recv_key=np.fromiter((t.recv_key for t in out), dtype=np.int64, count=len(out)),
+            reduce=np.fromiter((t.reduce for t in out), dtype=bool, count=len(out)),
+        )
+    # GPU to GPU only: every send is one transfer with keys (t, t + L), as logical_transfers.
+    link_index = topo.link_index
+    link = np.empty(count, dtype=np.int64)
+    for i, s in enumerate(sends):
+        e = link_index.get((s.src, s.dst))
+        if e is None:
+            raise ValidationError(f"schedule: {s.describe()} uses a link the topology does not have")
+        link[i] = e
+    rank_of = np.full(max(nodes, 1), -1, dtype=np.int64)
+    rank_of[list(topo.gpus)] = np.arange(len(topo.gpus))
+    slot = np.fromiter((s.slot for s in sends), dtype=np.int64, count=count)
+    latency = np.asarray(instance.latency, dtype=np.int64)
+    return _Transfers(
+        k=np.fromiter((chunk_idx[s.chunk] for s in sends), dtype=np.int64, count=count),
+        src=rank_of[src],
+        dst=rank_of[dst],
+        send_key=slot,
+        recv_key=slot + latency[link],
+        reduce=np.fromiter((s.reduce for s in sends), dtype=bool, count=count),
+    )
+
+
+def _check_fifo(tr: _Transfers, channels: int) -> None:
+    """Both ends of every connection must list its transfers in the same order.
+
+    A send's key is ``(send slot, 1, 0, k, dst)`` and a receive's ``(arrival, 0, reduce, k,
+    src)``; on one connection dst and src are fixed, so the orders compare the rest.
+    """
+    n = len(tr)
+    if not n:
+        return
+    ids = np.arange(n)
+    ch = tr.k % channels
+    by_send = np.lexsort((ids, tr.k, tr.send_key, ch, tr.dst, tr.src))
+    by_recv = np.lexsort((ids, tr.k, tr.reduce, tr.recv_key, ch, tr.dst, tr.src))
+    # Both orders group the connections the same way (same leading keys), so the groups line
+    # up position by position; a position where they name different transfers is a mismatch.
+    bad = np.flatnonzero(by_send != by_recv)
+    if not len(bad):
+        return
+    # Report the connection whose first transfer comes first, as a dict in transfer order would.
+    conn = np.stack([tr.src[by_send[bad]], tr.dst[by_send[bad]], ch[by_send[bad]]], axis=1)
+    first_of: dict[tuple[int, int, int], int] = {}
+    for i in range(n):
+        first_of.setdefault((int(tr.src[i]), int(tr.dst[i]), int(ch[i])), i)
+    rows = [(int(row[0]), int(row[1]), int(row[2])) for row in conn]
+    u, v, c = min(rows, key=lambda key: first_of[key])
+    raise ValidationError(
+        f"connection GPU {u} -> GPU {v} channel {c}: transfers arrive in a different order than "
+        "they leave (direct link and switch relays mixed on one connection); MSCCL connections are "
+        "FIFO -- "
+        "use more --channels or --switches refuse"
+    )
+
+
+@dataclass
+class _RankPlan:
+    """One rank's thread blocks and numbered, fused programs (``programs[b]``)."""
+
+    tbs: list[_TB]
+    programs: dict[int, list[_Op]]
+    scratch: int
+    first_key: dict[int, tuple[Any, ...]]
+    """Per thread block, the sort key of its first op (orders the steps-limit message)."""
+
+
+class _Planner:
+    """Builds the program of one rank at a time (module doc, items 1-7).
+
+    Everything a rank's steps depend on is its own transfers and buffer layout, except two
+    facts about each transfer that its other end decides: where the receiver stores it (a
+    sender's ``dstbuf/dstoff``) and what the sender sends (a receiver's ``srcbuf/srcoff``).
+    :meth:`link` records both for every transfer in a first pass over the ranks, so the
+    second pass (rendering) needs one rank's objects at a time.
+    """
+
+    def __init__(self, layout: BufferLayout, tr: _Transfers, channels: int, instances: int) -> None:
+        self.layout = layout
+        self.tr = tr
+        self.channels = channels
+        self.instances = instances
+        self.chunks = layout.chunk_order
+        self.chunk_idx = {c: k for k, c in enumerate(layout.chunk_order)}
+        self.sorted_chunks = sorted(layout.chunk_order)
+        n = layout.ngpus
+        self.out_of = _group(tr.src, n)
+        self.in_of = _group(tr.dst, n)
+        t = len(tr)
+        # (buffer index, offset) per transfer; buffer -1 is "none" (a reduce-and-forward)
+        self.sent = np.full((t, 2), -1, dtype=np.int64)
+        self.landed = np.full((t, 2), -1, dtype=np.int64)
+        self.copies_before = 0
+
+    def plan(self, r: int, copy_seq: int) -> _RankPlan:
+        """The program of rank ``r``; ``copy_seq`` numbers its copies after all transfers."""
+        layout, tr, channels = self.layout, self.tr, self.channels
+        n = layout.ngpus
+        ntr = len(tr)
+        ops: list[_Op] = []
+        seq: dict[int, int] = {}
+        out_ids, in_ids = self.out_of[r], self.in_of[r]
+        for t, k, dst, key in zip(
+            out_ids.tolist(),
+            tr.k[out_ids].tolist(),
+            tr.dst[out_ids].tolist(),
+            tr.send_key[out_ids].tolist(),
+            strict=True,
+        ):
+            op = _Op(
+                "s", r, (key, 1, 0, k, dst), self.chunks[k], send_peer=dst, channel=k % channels, transfer=t
+            )
+            seq[id(op)] = 2 * t
+            ops.append(op)
+        for t, k, src, key, red in zip(
+            in_ids.tolist(),
+            tr.k[in_ids].tolist(),
+            tr.src[in_ids].tolist(),
+            tr.recv_key[in_ids].tolist(),
+            tr.reduce[in_ids].tolist(),
+            strict=True,
+        ):
+            op = _Op(
+                "r",
+                r,
+                # Same-slot arrivals: copies before reductions, as the combining verifier applies them.
+                (key, 0, int(red), k, src),
+                self.chunks[k],
+                recv_peer=src,
+                channel=k % channels,
+                reduce=red and layout.combining,
+                transfer=t,
+            )
+            seq[id(op)] = 2 * t + 1
+            ops.append(op)
+        rops = sorted(ops, key=lambda o: (o.key, seq[id(o)]))
+
+        # ----------------------------------------------------------- thread blocks
+        recv_by_chunk: dict[tuple[int, Chunk], int] = {}
+        for op in rops:
+            if op.type == "r":
+                recv_by_chunk[(op.channel, op.chunk)] = op.recv_peer  # type: ignore[index]
+        blocks: list[_TB] = []
+        for ch in range(channels):
+            sends = {o.send_peer for o in rops if o.type == "s" and o.channel == ch}
+            recvs = {o.recv_peer for o in rops if o.type == "r" and o.channel == ch}
+            forwards: dict[tuple[int, int], int] = defaultdict(int)
+            for o in rops:
+                if o.type == "s" and o.channel == ch and (ch, o.chunk) in recv_by_chunk:
+                    forwards[(recv_by_chunk[(ch, o.chunk)], o.send_peer)] += 1  # type: ignore[index]
+            blocks += [_TB(s, w, ch) for s, w in _pair_streams(sends, recvs, forwards)]
+        big = n + 1
+        blocks.sort(key=lambda x: (x.send if x.send >= 0 else big, x.recv if x.recv >= 0 else big, x.chan))
+        index: dict[tuple[str, int, int], int] = {}
+        for b_id, blk in enumerate(blocks):
+            if blk.send >= 0:
+                index[("s", blk.send, blk.chan)] = b_id
+            if blk.recv >= 0:
+                index[("r", blk.recv, blk.chan)] = b_id
+        for op in rops:
+            peer = op.send_peer if op.type == "s" else op.recv_peer
+            op.tb = index[(op.type, peer, op.channel)]
+
+        # ----------------------------------------------------------- buffer locations
+        scratch: dict[Chunk, Loc] = {}
+        cur: dict[Chunk, Loc] = {}
+        home, dest = layout.home, layout.dest
+        for chunk in self.chunks:
+            loc = home.get((r, chunk))
+            if loc is not None:
+                cur[chunk] = loc
+        for op in rops:
+            assert op.chunk is not None
+            if op.type == "s":
+                if op.chunk not in cur:
+                    raise ValidationError(
+                        f"schedule: GPU {layout.gpus[r]} sends chunk {list(op.chunk)} it never holds"
+                    )
+                op.src = cur[op.chunk]
+                continue
+            target = dest.get((r, op.chunk))
+            if target is None:
+                target = scratch.get(op.chunk)
+                if target is None:
+                    target = scratch[op.chunk] = Loc("s", len(scratch))
+            if op.reduce and op.chunk in cur:
+                op.type, op.src, op.dst = "rrc", cur[op.chunk], target
+            else:
+                op.dst = target
+            cur[op.chunk] = target
+        # Results that are not where the postcondition wants them: copy (own shard of an
+        # out-of-place AllGather, a combined value that ended in the input buffer, ...).
+        copies: list[_Op] = []
+        for chunk in self.sorted_chunks:
+            want = dest.get((r, chunk))
+            if want is None or chunk not in cur or cur[chunk] == want:
+                continue
+            held = cur[chunk] == home.get((r, chunk))
+            k = self.chunk_idx[chunk]
+            key = (-1, -1, 0, k, 0) if held else (float("inf"), 2, 0, k, 0)
+            op = _Op("cpy", r, key, chunk, src=cur[chunk], dst=want)
+            seq[id(op)] = 2 * ntr + copy_seq + len(copies)
+            copies.append(op)
+        copy_tb = -1
+        if copies:
+            copy_tb = len(blocks)
+            blocks.append(_TB(-1, -1, 0))
+            for op in copies:
+                op.tb = copy_tb
+        all_ops = sorted(rops + copies, key=lambda o: (o.key, seq[id(o)]))
+
+        # ----------------------------------------------------------- programs and fusion
+        programs: dict[int, list[_Op]] = defaultdict(list)
+        first_key: dict[int, tuple[Any, ...]] = {}
+        for op in all_ops:
+            if op.tb not in programs:
+                first_key[op.tb] = (op.key, seq[id(op)])
+            programs[op.tb].append(op)
+        writes_at: dict[Loc, list[tuple[Any, ...]]] = defaultdict(list)
+        reads_after: dict[Loc, list[tuple[Any, ...]]] = defaultdict(list)
+        for op in all_ops:
+            for loc in op.writes():
+                writes_at[loc].append(op.key)
+            for loc in op.reads():
+                reads_after[loc].append(op.key)
+        for b, prog in list(programs.items()):
+            fused: list[_Op] = []
+            i = 0
+            while i < len(prog):
+                op = prog[i]
+                nxt = prog[i + 1] if i + 1 < len(prog) else None
+                if (
+                    nxt is not None
+                    and op.type in ("r", "rrc")
+                    and nxt.type == "s"
+                    and nxt.chunk == op.chunk
+                    and nxt.src == op.dst
+                    and _no_write_between(writes_at, op, nxt)
+                ):
+                    _fuse(op, nxt, reads_after)
+                    fused.append(op)
+                    i += 2
+                    continue
+                fused.append(op)
+                i += 1
+            if self.instances == 1 and b == copy_tb:
+                fused = _merge_copies(fused)
+            programs[b] = fused
+            for pos, op in enumerate(fused):
+                op.pos = pos
+
+        # ----------------------------------------------------------- dependencies
+        ordered = sorted((op for prog in programs.values() for op in prog), key=lambda o: (o.key, seq[id(o)]))
+        last_writer: dict[Loc, _Op] = {}
+        readers: dict[Loc, list[_Op]] = defaultdict(list)
+        for op in ordered:
+            need: list[_Op] = []
+            for loc in op.reads():
+                if loc in last_writer:
+                    need.append(last_writer[loc])
+            for loc in op.writes():
+                if loc in last_writer:
+                    need.append(last_writer[loc])
+                need += readers[loc]
+            latest: dict[int, _Op] = {}
+            for d in need:
+                if d.tb != op.tb and (d.tb not in latest or d.pos > latest[d.tb].pos):
+                    latest[d.tb] = d
+            op.deps = [latest[b] for b in sorted(latest)]
+            for d in op.deps:
+                d.hasdep = True
+            for loc in op.reads():
+                readers[loc].append(op)
+            for loc in op.writes():
+                last_writer[loc] = op
+                readers[loc] = []
+
+        # ----------------------------------------------------------- numbering
+        for prog in programs.values():
+            s = 0
+            for op in prog:
+                s += max(0, len(op.deps) - 1)
+                op.step = s
+                s += 1
+        return _RankPlan(blocks, dict(programs), len(scratch), first_key)
+
+    def link(self, plan: _RankPlan) -> None:
+        """Record what each transfer of this rank sends and where each it receives lands."""
+        for prog in plan.programs.values():
+            for op in prog:
+                if op.type == "s":
+                    self.sent[op.transfer] = _loc_pair(op.src)
+                elif op.type != "cpy":
+                    self.landed[op.transfer] = _loc_pair(op.dst)
+                    if op.out_transfer >= 0:
+                        # a fused receive-and-forward sends what it stores (nothing for rrs)
+                        self.sent[op.out_transfer] = _loc_pair(op.dst)
+
+    def loc(self, table: np.ndarray, t: int) -> Loc | None:
+        buf, off = (int(x) for x in table[t])
+        return None if buf < 0 else Loc(_BUFS[buf], off)
+
+
+def _loc_pair(loc: Loc | None) -> tuple[int, int]:
+    return (-1, -1) if loc is None else (_BUF_INDEX[loc.buf], loc.off)
+
+
+def _group(values: np.ndarray, n: int) -> list[np.ndarray]:
+    """Indices of ``values`` equal to 0, 1, ..., n-1 (each in increasing order)."""
+    order = np.argsort(values, kind="stable")
+    bounds = np.searchsorted(values[order], np.arange(n + 1))
+    return [order[bounds[r] : bounds[r + 1]] for r in range(n)]
+
+
 @dataclass(frozen=True)
 class _Built:
-    """A program ready to render: thread blocks and their numbered, fused steps."""
+    """A program ready to render: every limit checked, each transfer's two ends linked.
+
+    The steps themselves are not kept: :func:`_render` plans each rank again (the plan is
+    deterministic), so the peak holds one rank's objects rather than one per step.
+    """
 
     name: str
     proto: str
@@ -648,20 +1026,22 @@ class _Built:
     inplace: bool
     dialect: Dialect
     layout: BufferLayout
-    tbs: Mapping[int, list[_TB]]
-    programs: Mapping[tuple[int, int], list[_Op]]
+    planner: _Planner
     s_chunks: tuple[int, ...]
+    copy_seq: tuple[int, ...]
     transfers: int
+    thread_blocks: int
     describe: str
 
 
 def _render(built: _Built) -> Iterator[str]:
     """The XML of ``built``, one newline-terminated line at a time (section 1.1 element order).
 
-    A generator, so a writer holds one line at a time rather than the whole document: the
-    text of a 1,024-GPU schedule is several times the size of its plan's steps.
+    A generator, so a writer holds one line (and one rank's plan) at a time rather than the
+    whole document: the text of a 1,024-GPU schedule is several times the size of its steps.
     """
     layout, inst_count, channels = built.layout, built.instances, built.channels
+    planner = built.planner
     n = layout.ngpus
     k_total = layout.nchunks * inst_count
     yield (
@@ -671,18 +1051,19 @@ def _render(built: _Built) -> Iterator[str]:
         f'outofplace="{int(not built.inplace)}" minBytes="0" maxBytes="{MAX_BYTES}">\n'
     )
     for r in range(n):
-        ntb = len(built.tbs[r])
+        plan = planner.plan(r, built.copy_seq[r])
+        ntb = len(plan.tbs)
         yield (
             f'  <gpu id="{r}" i_chunks="{layout.i_chunks[r] * inst_count}" '
             f'o_chunks="{layout.o_chunks[r] * inst_count}" s_chunks="{built.s_chunks[r] * inst_count}">\n'
         )
         for inst in range(inst_count):
-            for b, block in enumerate(built.tbs[r]):
+            for b, block in enumerate(plan.tbs):
                 chan = inst * channels + block.chan
                 tb_id = inst * ntb + b
                 yield f'    <tb id="{tb_id}" send="{block.send}" recv="{block.recv}" chan="{chan}">\n'
-                for op in built.programs.get((r, b), ()):
-                    for line in _render_op(op, inst, inst_count, inst * ntb):
+                for op in plan.programs.get(b, ()):
+                    for line in _render_op(op, planner, inst, inst_count, inst * ntb):
                         yield line + "\n"
                 yield "    </tb>\n"
         yield "  </gpu>\n"
@@ -691,7 +1072,7 @@ def _render(built: _Built) -> Iterator[str]:
         "msccl export %s: %d transfers, %d thread blocks",
         built.describe,
         built.transfers,
-        sum(len(v) for v in built.tbs.values()) * inst_count,
+        built.thread_blocks,
     )
 
 
@@ -712,7 +1093,8 @@ def _build(
 
     Every runtime limit is checked here, so a caller that renders the result afterwards
     (:func:`write_msccl_xml` streams it to a file) has nothing left that can fail on the
-    schedule's account.
+    schedule's account. The ranks are planned one at a time; only each transfer's two
+    linked locations (a few integers per transfer) outlive a rank's plan.
     """
     try:
         dia = DIALECTS[dialect]
@@ -738,217 +1120,42 @@ def _build(
         raise ValidationError(f"collective {coll.kind!r}: layout is combining but the collective is not")
     n = layout.ngpus
     chunk_idx = {c: k for k, c in enumerate(layout.chunk_order)}
-    transfers = logical_transfers(instance, schedule, switches)
+    tr = _transfer_columns(instance, schedule, switches, chunk_idx)
+    _check_fifo(tr, channels)
+    planner = _Planner(layout, tr, channels, instances)
 
-    # ----------------------------------------------------------- primitive ops
-    ops: list[_Op] = []
-    for t_id, tr in enumerate(transfers):
-        ch = chunk_idx[tr.chunk] % channels
-        k = chunk_idx[tr.chunk]
-        snd = _Op(
-            "s", tr.src, (tr.send_key, 1, 0, k, tr.dst), tr.chunk, send_peer=tr.dst, channel=ch, transfer=t_id
-        )
-        rcv = _Op(
-            "r",
-            tr.dst,
-            # Same-slot arrivals: copies before reductions, as the combining verifier applies them.
-            (tr.recv_key, 0, int(tr.reduce), k, tr.src),
-            tr.chunk,
-            recv_peer=tr.src,
-            channel=ch,
-            reduce=tr.reduce and layout.combining,
-            transfer=t_id,
-        )
-        snd.partner_recv = rcv
-        rcv.partner_send = snd
-        ops += [snd, rcv]
-    _check_fifo(ops)
-
-    # ----------------------------------------------------------- thread blocks
-    by_rank: dict[int, list[_Op]] = defaultdict(list)
-    for op in ops:
-        by_rank[op.rank].append(op)
-    tb_of: dict[int, dict[tuple[str, int, int], int]] = {}
-    tbs: dict[int, list[_TB]] = {}
+    # One pass over the ranks: link the transfers' ends, note the first violation of each
+    # limit in the order the checks below report them.
+    steps_bad: tuple[tuple[Any, ...], str] | None = None
+    tbs_bad: str | None = None
+    s_chunks: list[int] = []
+    copy_seq: list[int] = []
+    ntbs: list[int] = []
+    copies = 0
     for r in range(n):
-        rops = sorted(by_rank[r], key=lambda o: o.key)
-        recv_by_chunk: dict[tuple[int, Chunk], int] = {}
-        for op in rops:
-            if op.type == "r":
-                recv_by_chunk[(op.channel, op.chunk)] = op.recv_peer  # type: ignore[index]
-        blocks: list[_TB] = []
-        for ch in range(channels):
-            sends = {o.send_peer for o in rops if o.type == "s" and o.channel == ch}
-            recvs = {o.recv_peer for o in rops if o.type == "r" and o.channel == ch}
-            forwards: dict[tuple[int, int], int] = defaultdict(int)
-            for o in rops:
-                if o.type == "s" and o.channel == ch and (ch, o.chunk) in recv_by_chunk:
-                    forwards[(recv_by_chunk[(ch, o.chunk)], o.send_peer)] += 1  # type: ignore[index]
-            blocks += [_TB(s, w, ch) for s, w in _pair_streams(sends, recvs, forwards)]
-        big = n + 1
-        blocks.sort(key=lambda x: (x.send if x.send >= 0 else big, x.recv if x.recv >= 0 else big, x.chan))
-        tbs[r] = blocks
-        index: dict[tuple[str, int, int], int] = {}
-        for b_id, blk in enumerate(blocks):
-            if blk.send >= 0:
-                index[("s", blk.send, blk.chan)] = b_id
-            if blk.recv >= 0:
-                index[("r", blk.recv, blk.chan)] = b_id
-        tb_of[r] = index
-    for op in ops:
-        peer = op.send_peer if op.type == "s" else op.recv_peer
-        op.tb = tb_of[op.rank][(op.type, peer, op.channel)]
-
-    # ----------------------------------------------------------- buffer locations
-    scratch: dict[int, dict[Chunk, Loc]] = defaultdict(dict)
-
-    def scratch_loc(r: int, chunk: Chunk) -> Loc:
-        table = scratch[r]
-        if chunk not in table:
-            table[chunk] = Loc("s", len(table))
-        return table[chunk]
-
-    copies: list[_Op] = []
-    # Grouped by rank once, in the sorted order of the whole mapping: filtering the full
-    # mapping per rank costs N^3 at AllGather scale (N^2 destinations, N ranks).
-    home_of: dict[int, dict[Chunk, Loc]] = defaultdict(dict)
-    for (rr, chunk), loc in layout.home.items():
-        home_of[rr][chunk] = loc
-    dest_of: dict[int, list[tuple[Chunk, Loc]]] = defaultdict(list)
-    for (rr, chunk), want in sorted(layout.dest.items()):
-        dest_of[rr].append((chunk, want))
-    for r in range(n):
-        rops = sorted((o for o in by_rank[r]), key=lambda o: o.key)
-        cur: dict[Chunk, Loc] = dict(home_of[r])
-        for op in rops:
-            assert op.chunk is not None
-            if op.type == "s":
-                if op.chunk not in cur:
-                    raise ValidationError(
-                        f"schedule: GPU {layout.gpus[r]} sends chunk {list(op.chunk)} it never holds"
-                    )
-                op.src = cur[op.chunk]
-                continue
-            target = layout.dest.get((r, op.chunk)) or scratch_loc(r, op.chunk)
-            if op.reduce and op.chunk in cur:
-                op.type, op.src, op.dst = "rrc", cur[op.chunk], target
-            else:
-                op.dst = target
-            cur[op.chunk] = target
-        # Results that are not where the postcondition wants them: copy (own shard of an
-        # out-of-place AllGather, a combined value that ended in the input buffer, ...).
-        for chunk, want in dest_of[r]:
-            if chunk not in cur or cur[chunk] == want:
-                continue
-            held = (r, chunk) in layout.home and cur[chunk] == layout.home[(r, chunk)]
-            key = (-1, -1, 0, chunk_idx[chunk], 0) if held else (float("inf"), 2, 0, chunk_idx[chunk], 0)
-            copies.append(_Op("cpy", r, key, chunk, src=cur[chunk], dst=want))
-    copy_tb: dict[int, int] = {}
-    for op in copies:
-        if op.rank not in copy_tb:
-            copy_tb[op.rank] = len(tbs[op.rank])
-            tbs[op.rank].append(_TB(-1, -1, 0))
-        op.tb = copy_tb[op.rank]
-    all_ops = ops + copies
-
-    # ----------------------------------------------------------- programs and fusion
-    programs: dict[tuple[int, int], list[_Op]] = defaultdict(list)
-    for op in sorted(all_ops, key=lambda o: o.key):
-        programs[(op.rank, op.tb)].append(op)
-    writes_at: dict[tuple[int, Loc], list[tuple[Any, ...]]] = defaultdict(list)
-    reads_after: dict[tuple[int, Loc], list[tuple[Any, ...]]] = defaultdict(list)
-    for op in all_ops:
-        for loc in op.writes():
-            writes_at[(op.rank, loc)].append(op.key)
-        for loc in op.reads():
-            reads_after[(op.rank, loc)].append(op.key)
-    for prog_key, prog in list(programs.items()):
-        fused: list[_Op] = []
-        i = 0
-        while i < len(prog):
-            op = prog[i]
-            nxt = prog[i + 1] if i + 1 < len(prog) else None
-            if (
-                nxt is not None
-                and op.type in ("r", "rrc")
-                and nxt.type == "s"
-                and nxt.chunk == op.chunk
-                and nxt.src == op.dst
-                and _no_write_between(writes_at, op, nxt)
-            ):
-                _fuse(op, nxt, layout, reads_after)
-                fused.append(op)
-                i += 2
-                continue
-            fused.append(op)
-            i += 1
-        if instances == 1 and prog_key[1] == copy_tb.get(prog_key[0]):
-            fused = _merge_copies(fused)
-        programs[prog_key] = fused
-        for pos, op in enumerate(fused):
-            op.pos = pos
-
-    # ----------------------------------------------------------- dependencies
-    for r in range(n):
-        rops = sorted(
-            (op for (rr, _), prog in programs.items() if rr == r for op in prog), key=lambda o: o.key
-        )
-        last_writer: dict[Loc, _Op] = {}
-        readers: dict[Loc, list[_Op]] = defaultdict(list)
-        for op in rops:
-            need: list[_Op] = []
-            for loc in op.reads():
-                if loc in last_writer:
-                    need.append(last_writer[loc])
-            for loc in op.writes():
-                if loc in last_writer:
-                    need.append(last_writer[loc])
-                need += readers[loc]
-            latest: dict[int, _Op] = {}
-            for d in need:
-                if d.tb != op.tb and (d.tb not in latest or d.pos > latest[d.tb].pos):
-                    latest[d.tb] = d
-            op.deps = [latest[b] for b in sorted(latest)]
-            for d in op.deps:
-                d.hasdep = True
-            for loc in op.reads():
-                readers[loc].append(op)
-            for loc in op.writes():
-                last_writer[loc] = op
-                readers[loc] = []
-
-    # ----------------------------------------------------------- numbering and limits
-    for (r, b), prog in programs.items():
-        s = 0
-        for op in prog:
-            s += max(0, len(op.deps) - 1)
-            op.step = s
-            s += 1
-        if s > dia.max_steps:
-            raise ValidationError(
-                f"steps per thread block: GPU {r} thread block {b} needs {s} steps but the {dia.name} "
-                "runtime "
-                f"allows MSCCL_MAX_NUM_STEPS = {dia.max_steps}; spread chunks over more channels "
-                f"(--channels {channels * 2}), use fewer chunks, or --dialect legacy (256 steps)"
-            )
-    for r in range(n):
-        count = len(tbs[r]) * instances
-        if count > max_tbs or count > dia.max_tb_id or count - 1 > MAX_DEP_TB:
-            raise ValidationError(
-                f"thread blocks: GPU {r} needs {count} thread blocks but at most "
-                f"{min(max_tbs, MAX_DEP_TB + 1)} "
-                "can be co-resident/addressed (int8 depid); lower --channels or --instances"
-            )
-        for ch in range(channels):
-            ns = sum(1 for b in tbs[r] if b.chan == ch and b.send >= 0)
-            nr = sum(1 for b in tbs[r] if b.chan == ch and b.recv >= 0)
-            if max(ns, nr) > MAX_TBS_PER_CHANNEL:
-                raise ValidationError(
-                    f"thread blocks per channel: GPU {r} channel {ch} has {max(ns, nr)} send or receive "
-                    "thread "
-                    f"blocks, the runtime allows {MAX_TBS_PER_CHANNEL}; use more channels"
+        copy_seq.append(copies)
+        plan = planner.plan(r, copies)
+        planner.link(plan)
+        # a merged copy stands for cnt copies, each of which took a sequence number
+        copies += sum(op.cnt for prog in plan.programs.values() for op in prog if op.type == "cpy")
+        s_chunks.append(plan.scratch)
+        ntbs.append(len(plan.tbs))
+        for b, prog in plan.programs.items():
+            s = prog[-1].step + 1 if prog else 0
+            if s > dia.max_steps and (steps_bad is None or plan.first_key[b] < steps_bad[0]):
+                steps_bad = (
+                    plan.first_key[b],
+                    f"steps per thread block: GPU {r} thread block {b} needs {s} steps but the {dia.name} "
+                    "runtime "
+                    f"allows MSCCL_MAX_NUM_STEPS = {dia.max_steps}; spread chunks over more channels "
+                    f"(--channels {channels * 2}), use fewer chunks, or --dialect legacy (256 steps)",
                 )
-    s_chunks = [len(scratch[r]) for r in range(n)]
+        if tbs_bad is None:
+            tbs_bad = _tb_limits(r, plan.tbs, channels, instances, max_tbs, dia)
+    if steps_bad is not None:
+        raise ValidationError(steps_bad[1])
+    if tbs_bad is not None:
+        raise ValidationError(tbs_bad)
     for r in range(n):
         size = max(layout.i_chunks[r], layout.o_chunks[r], s_chunks[r]) * instances
         if size - 1 > MAX_OFFSET:
@@ -965,12 +1172,36 @@ def _build(
         inplace=inplace,
         dialect=dia,
         layout=layout,
-        tbs=tbs,
-        programs=programs,
+        planner=planner,
         s_chunks=tuple(s_chunks),
-        transfers=len(transfers),
+        copy_seq=tuple(copy_seq),
+        transfers=len(tr),
+        thread_blocks=sum(ntbs) * instances,
         describe=instance.describe(),
     )
+
+
+def _tb_limits(
+    r: int, tbs: list[_TB], channels: int, instances: int, max_tbs: int, dia: Dialect
+) -> str | None:
+    """The first thread-block limit rank ``r`` breaks (co-residency, ``int8`` depid, per channel)."""
+    count = len(tbs) * instances
+    if count > max_tbs or count > dia.max_tb_id or count - 1 > MAX_DEP_TB:
+        return (
+            f"thread blocks: GPU {r} needs {count} thread blocks but at most "
+            f"{min(max_tbs, MAX_DEP_TB + 1)} "
+            "can be co-resident/addressed (int8 depid); lower --channels or --instances"
+        )
+    for ch in range(channels):
+        ns = sum(1 for b in tbs if b.chan == ch and b.send >= 0)
+        nr = sum(1 for b in tbs if b.chan == ch and b.recv >= 0)
+        if max(ns, nr) > MAX_TBS_PER_CHANNEL:
+            return (
+                f"thread blocks per channel: GPU {r} channel {ch} has {max(ns, nr)} send or receive "
+                "thread "
+                f"blocks, the runtime allows {MAX_TBS_PER_CHANNEL}; use more channels"
+            )
+    return None
 
 
 def to_msccl_xml(
@@ -1036,45 +1267,21 @@ def to_msccl_xml(
     return "".join(_render(built))
 
 
-def _check_fifo(ops: list[_Op]) -> None:
-    """Both ends of every connection must list its transfers in the same order."""
-    sends: dict[tuple[int, int, int], list[_Op]] = defaultdict(list)
-    for op in ops:
-        if op.type == "s":
-            sends[(op.rank, op.send_peer, op.channel)].append(op)
-    for (u, v, ch), group in sends.items():
-        by_send = [o.transfer for o in sorted(group, key=lambda o: o.key)]
-        by_recv = [o.transfer for o in sorted((o.partner_recv for o in group), key=lambda o: o.key)]  # type: ignore[union-attr]
-        if by_send != by_recv:
-            raise ValidationError(
-                f"connection GPU {u} -> GPU {v} channel {ch}: transfers arrive in a different order than "
-                "they leave (direct link and switch relays mixed on one connection); MSCCL connections are "
-                "FIFO -- "
-                "use more --channels or --switches refuse"
-            )
-
-
-def _no_write_between(
-    writes_at: Mapping[tuple[int, Loc], list[tuple[Any, ...]]], recv: _Op, send: _Op
-) -> bool:
+def _no_write_between(writes_at: Mapping[Loc, list[tuple[Any, ...]]], recv: _Op, send: _Op) -> bool:
     """Fusing moves the send back to the receive; no other op may change the value meanwhile."""
     assert send.src is not None
-    return all(not recv.key < key < send.key for key in writes_at.get((send.rank, send.src), []))
+    return all(not recv.key < key < send.key for key in writes_at.get(send.src, []))
 
 
-def _fuse(
-    recv: _Op, send: _Op, layout: BufferLayout, reads_after: Mapping[tuple[int, Loc], list[Any]]
-) -> None:
+def _fuse(recv: _Op, send: _Op, reads_after: Mapping[Loc, list[Any]]) -> None:
     """Turn ``recv`` into a receive-and-forward step carrying ``send`` (``rcs``/``rrcs``/``rrs``)."""
     assert recv.chunk is not None and recv.dst is not None
     recv.send_peer = send.send_peer
-    recv.partner_recv = send.partner_recv
-    assert send.partner_recv is not None
-    send.partner_recv.partner_send = recv
+    recv.out_transfer = send.transfer
     if recv.type == "r":
         recv.type = "rcs"
         return
-    only_reader = all(k == send.key for k in reads_after.get((recv.rank, recv.dst), []))
+    only_reader = all(k == send.key for k in reads_after.get(recv.dst, []))
     if recv.dst.buf == "s" and only_reader:
         # The partial sum is only forwarded: reduce and send without storing it.
         recv.type, recv.dst = "rrs", None
@@ -1112,7 +1319,7 @@ def _shift(loc: Loc | None, inst: int, instances: int) -> tuple[str, int]:
     return buf, (off if off < 0 else off * instances + inst)
 
 
-def _render_op(op: _Op, inst: int, instances: int, tb_base: int) -> list[str]:
+def _render_op(op: _Op, planner: _Planner, inst: int, instances: int, tb_base: int) -> list[str]:
     """The ``<step>`` lines of ``op`` (with its leading ``nop``s) for replica ``inst``."""
     lines = []
     deps = op.deps
@@ -1122,15 +1329,14 @@ def _render_op(op: _Op, inst: int, instances: int, tb_base: int) -> list[str]:
             f'      <step s="{first + k}" type="nop" srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1" cnt="0" '
             f'depid="{tb_base + d.tb}" deps="{d.step}" hasdep="0"/>'
         )
+    src: Loc | None
+    dst: Loc | None
     if op.type == "s":
-        recv = op.partner_recv
-        src, dst = op.src, (recv.dst if recv is not None else None)
+        # the receiver's side: where it stores the chunk
+        src, dst = op.src, planner.loc(planner.landed, op.transfer)
     elif op.type in ("r", "rcs"):
-        sender = op.partner_send
-        sent = None
-        if sender is not None:
-            sent = sender.src if sender.type == "s" else (None if sender.type == "rrs" else sender.dst)
-        src, dst = sent, op.dst
+        # the sender's side: what it sends
+        src, dst = planner.loc(planner.sent, op.transfer), op.dst
     else:
         src, dst = op.src, op.dst
     sbuf, soff = _shift(src, inst, instances)

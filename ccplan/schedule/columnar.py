@@ -83,6 +83,45 @@ def _column(data: Any, name: str, where: str) -> np.ndarray:
     return np.asarray(data[name])
 
 
+def _header_instance(data: Any, where: str) -> tuple[Instance, str]:
+    try:
+        header = json.loads(str(_column(data, "header", where)))
+    except json.JSONDecodeError as exc:
+        raise ValidationError(f"{where}: header is not JSON ({exc.msg})") from None
+    if not isinstance(header, dict) or header.get("format") != COLUMNAR_FORMAT:
+        got = header.get("format") if isinstance(header, dict) else header
+        raise ValidationError(f"{where}: header.format must be {COLUMNAR_FORMAT!r}, got {got!r}")
+    method = header.get("method", "")
+    if not isinstance(method, str):
+        raise ValidationError(f"{where}: header.method must be a string, got {method!r}")
+    if "instance" not in header:
+        raise ValidationError(f"{where}: header.instance is missing")
+    return Instance.from_dict(header["instance"]), method
+
+
+def _open(path: str | Path, where: str) -> Any:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ValidationError(f"{where}: not a readable .npz archive ({exc})") from None
+
+
+def load_columnar_instance(path: str | Path) -> Instance:
+    """Only the instance of a columnar file: the header is read, the send columns are not.
+
+    For a reader that needs the instance alone (``ccplan validate-xml --expect run.npz``), so
+    a million sends are not decompressed and turned into objects for nothing.
+
+    Raises
+    ------
+    ValidationError
+        As :func:`load_columnar`, for the archive and its header.
+    """
+    where = f"schedule file {str(path)!r}"
+    with _open(path, where) as data:
+        return _header_instance(data, where)[0]
+
+
 def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
     """Read a file written by :func:`save_columnar` into ``(instance, schedule)``.
 
@@ -93,24 +132,8 @@ def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
         negative value or a ``reduce`` send in a data-movement collective.
     """
     where = f"schedule file {str(path)!r}"
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise ValidationError(f"{where}: not a readable .npz archive ({exc})") from None
-    with data:
-        try:
-            header = json.loads(str(_column(data, "header", where)))
-        except json.JSONDecodeError as exc:
-            raise ValidationError(f"{where}: header is not JSON ({exc.msg})") from None
-        if not isinstance(header, dict) or header.get("format") != COLUMNAR_FORMAT:
-            got = header.get("format") if isinstance(header, dict) else header
-            raise ValidationError(f"{where}: header.format must be {COLUMNAR_FORMAT!r}, got {got!r}")
-        method = header.get("method", "")
-        if not isinstance(method, str):
-            raise ValidationError(f"{where}: header.method must be a string, got {method!r}")
-        if "instance" not in header:
-            raise ValidationError(f"{where}: header.instance is missing")
-        instance = Instance.from_dict(header["instance"])
+    with _open(path, where) as data:
+        instance, method = _header_instance(data, where)
         cols = {name: _column(data, name, where) for name in (*COLUMNS, "reduce")}
     n = len(cols["slot"])
     for name, col in cols.items():
