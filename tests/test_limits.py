@@ -165,17 +165,20 @@ def test_schedule_whose_hop_overflows_is_refused(tmp_path):
 
 
 def test_time_limit_holds_and_returns_a_verified_schedule(tmp_path):
-    """DGX-1 AllGather with C=100: the paper's first variant alone takes several seconds;
-    with --time-limit 1 the engine stops on time with its best verified schedule."""
+    """DGX-1 AllGather with C=200: the portfolio left alone runs about 35 s on 2 cores before
+    it stops; with --time-limit 6 it stops on time with its best verified schedule. (The
+    limit leaves the engine seconds even on a loaded machine, where start-up alone can take
+    2-3 s: its first schedule comes after about 0.25 s unloaded. With --time-limit 1 a CI
+    machine at load 8 once left the engine 0.25 s and no schedule.)"""
     report = tmp_path / "r.json"
     out = tmp_path / "s.json"
     proc = cli(
-        "solve", "--topology", "dgx1", "--size", "1MB", "--chunks", "100", "--time-limit", "1",
+        "solve", "--topology", "dgx1", "--size", "1MB", "--chunks", "200", "--time-limit", "6",
         "--quiet", "--report", str(report), "--out", str(out),
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(report.read_text())
-    assert data["solve_seconds"] < 1.5
+    assert data["solve_seconds"] < 7.5
     assert data["verified"] is True
     assert data["makespan_slots"] >= data["lower_bound_slots"]
     inst, sched = load_schedule(out)
