@@ -22,6 +22,7 @@ from ccplan.instances.instance import Instance
 from ccplan.instances.topology import check_keys, load_json
 
 SCHEDULE_FORMAT = "ccplan-schedule/1"
+_BLOCK = 1 << 16  # rows listed at a time by Schedule.from_columns
 
 
 def _nonneg_int(value: object, what: str) -> int:
@@ -171,24 +172,30 @@ class Schedule:
         order = np.lexsort(
             (arrays["dst"], arrays["src"], arrays["chunk_index"], arrays["chunk_source"], arrays["slot"])
         )
-        lists = {name: col[order].tolist() for name, col in arrays.items()}
-        interned: dict[tuple[int, int], tuple[int, int]] = {}
+        # one int object per distinct value (an object-array lookup hands out shared
+        # references), one tuple per chunk, and the columns listed a block at a time: memory
+        # is the Send objects, not five lists of a million fresh ints
+        top = {name: int(col.max()) + 1 if n else 0 for name, col in arrays.items()}
+        shared = {name: np.array(range(top[name]), dtype=object) for name in arrays}
+        chunk_of: dict[tuple[int, int], tuple[int, int]] = {}
         new = object.__new__
         put = object.__setattr__
         sends = []
-        for t, a, b, u, v in zip(
-            lists["slot"],
-            lists["chunk_source"],
-            lists["chunk_index"],
-            lists["src"],
-            lists["dst"],
-            strict=True,
-        ):
-            chunk = interned.setdefault((a, b), (a, b))
-            send = new(Send)
-            # the frozen dataclass's own __init__ would check each value again
-            put(send, "__dict__", {"slot": t, "chunk": chunk, "src": u, "dst": v, "reduce": False})
-            sends.append(send)
+        for lo in range(0, n, _BLOCK):
+            rows = order[lo : lo + _BLOCK]
+            lists = [shared[name][arrays[name][rows]].tolist() for name in cols]
+            for t, a, b, u, v in zip(*lists, strict=True):
+                chunk = chunk_of.get((a, b))
+                if chunk is None:
+                    chunk = chunk_of[(a, b)] = (a, b)
+                # the frozen dataclass's own __init__ would check each value again
+                send = new(Send)
+                put(send, "slot", t)
+                put(send, "chunk", chunk)
+                put(send, "src", u)
+                put(send, "dst", v)
+                put(send, "reduce", False)
+                sends.append(send)
         out = new(cls)
         put(out, "sends", tuple(sends))  # already sorted: __post_init__'s sort is skipped
         put(out, "method", method)
