@@ -63,6 +63,7 @@ _Commit = Callable[[int, int], None]
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
+_CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # nodes with more links update the per-link counts with numpy
@@ -735,20 +736,25 @@ class _FastPath:
         score = st.score_list
 
         nodes = topo.node_ids
-        for a, b in itertools.pairwise(cuts):
+        most = np.maximum.reduceat(counts_arr, cuts_arr).tolist()  # per receiver: most pairs of a link
+        for g, (a, b) in enumerate(itertools.pairwise(cuts)):
             p = heads_l[a]
             if not self.fast_recv[p] or p in relay_at:
                 _match_receiver(topo, res, t, st, commit, nodes[p])
                 continue
             chosen = _rows_scan(s_chunk, s_fixed, s_w0, score, near_starts, floor_l, unit_l, links, a, b)
-            if chosen is not None and len(chosen) > 1:
-                rows = len(chosen)
-                if rows > int(counts_arr[a:b].max()) and rows > len(set(pc[starts[a] : starts[b]].tolist())):
-                    chosen = None  # more rows than columns: scipy solves the transposed problem
-            if chosen is None:
+            if (
+                chosen is not None
+                and len(chosen) > most[g]
+                and len(chosen) > len(set(pc[starts[a] : starts[b]].tolist()))
+            ):
+                chosen = None  # more rows than columns: scipy solves the transposed problem
+            if chosen is _CONFLICT or chosen is None:
                 lo, hi = starts[a], starts[b]
                 w = fixed[lo:hi] + chunk_score[pc[lo:hi]]
-                found = _rows_first(w, pc[lo:hi], starts_arr[a:b] - lo, counts_arr[a:b], unit_l[a:b])
+                found = None
+                if chosen is None:  # the kept pairs did not decide: the rule on all pairs may
+                    found = _rows_first(w, pc[lo:hi], starts_arr[a:b] - lo, counts_arr[a:b], unit_l[a:b])
                 if found is None:
                     chosen = _assign(w, pc[lo:hi], counts_arr[a:b], unit_l[a:b], links[a:b])
                 else:
@@ -771,8 +777,9 @@ def _rows_scan(
 ) -> list[tuple[int, int]] | None:
     """Row-by-row assignment of the receiver of link slots ``a .. b-1`` (see
     :class:`_FastPath`) from each link's pairs kept at the start of the layer: ``(link,
-    chunk)`` per row, or None when it may differ from the choice of the optimal assignment or
-    needs pairs that were not kept (then the caller computes the receiver in full).
+    chunk)`` per row; :data:`_CONFLICT` when a row finds every best column taken (the optimal
+    assignment may re-route a row), None when it needs pairs that were not kept (then the
+    caller computes the receiver in full).
 
     ``s_chunk``/``s_fixed``/``s_w0``: per kept pair its chunk, the fixed part of its weight and
     its weight at the start of the layer; link ``i``'s pairs are ``starts[i] .. starts[i+1]-1``,
@@ -810,7 +817,7 @@ def _rows_scan(
         for _ in range(need):
             free = [c for c in tops if c not in taken]
             if not free:
-                return None  # every best column is taken: the assignment may re-route a row
+                return _CONFLICT  # every best column is taken: the assignment may re-route a row
             c = min(free)
             taken.add(c)
             chosen.append((links[i], c))
