@@ -269,7 +269,8 @@ def layered_schedule(
     in_tail = [tail_pos[in_arr[p]] for p in range(n_nodes)]
     out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
     out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
-    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target)
+    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
+    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
     busy_until = fast.busy_until
 
     pending: dict[int, list[tuple[int, int]]] = {}
@@ -625,6 +626,9 @@ class _FastPath:
     outages_at: dict[int, np.ndarray]  # slot -> links down in it
     fast_recv: np.ndarray  # per node position: may take the fast path
     rivals: np.ndarray  # (E, width): tail rows of the in-links "at least as fast" (pad: a False row)
+    uniform: np.ndarray  # per node: a fast receiver whose in-links all have one latency
+    in_tails: np.ndarray  # (V, width + 1): rows of a fast receiver's in-link tails (pad: a False row)
+    relay_check: np.ndarray  # per node: a fast receiver that may be offered a chunk it does not want
     simple: np.ndarray  # per link: window of more than one slot, omega 1, no outage
     asks: np.ndarray  # per link: window of more than one slot, not simple
     busy_until: np.ndarray  # per simple link: first slot after the window of its last send
@@ -637,8 +641,10 @@ class _FastPath:
         tail_pos: np.ndarray,
         head_pos: np.ndarray,
         self_target: np.ndarray,
+        may_relay: np.ndarray,
     ) -> _FastPath:
-        """Static per-link tables (see the attributes)."""
+        """Static per-link tables (see the attributes); ``may_relay``: per node, whether it
+        lacks a chunk it does not want (so a chunk may be offered to it as a relay)."""
         topo = instance.topology
         nodes = topo.node_ids
         n = len(nodes)
@@ -658,6 +664,14 @@ class _FastPath:
             for j in ins:
                 row = [int(tail_pos[k]) for k in ins if k != j and lat[k] <= lat[j]]
                 rivals[j, : len(row)] = row
+        # receivers whose in-links all have one latency: every other in-link is a rival, so
+        # the rivals holding a chunk are the in-link tails holding it, less the link's own
+        uniform = np.zeros(n, dtype=bool)
+        in_tails = np.full((n, width + 1), n, dtype=np.intp)
+        for p in np.flatnonzero(fast_recv).tolist():
+            ins = topo.in_links[nodes[p]]
+            uniform[p] = len({int(lat[k]) for k in ins}) <= 1
+            in_tails[p, : len(ins)] = [int(tail_pos[k]) for k in ins]
         outages: dict[int, list[int]] = {}
         for link, slot in instance.outage_set:
             outages.setdefault(slot, []).append(link)
@@ -675,6 +689,9 @@ class _FastPath:
             outages_at={s: np.array(sorted(ls), dtype=np.intp) for s, ls in outages.items()},
             fast_recv=fast_recv,
             rivals=rivals,
+            uniform=uniform & fast_recv,
+            in_tails=in_tails,
+            relay_check=fast_recv & may_relay,
             simple=simple,
             asks=~occ1 & ~simple,
             busy_until=np.zeros(topo.num_links, dtype=np.int64),
@@ -705,10 +722,26 @@ class _FastPath:
         held_arr = st.held_arr
         pl, pc = np.nonzero(held_arr[self.tail_pos[cl]] & ~st.have_arr[heads])
         prec = heads[pl]
-        wanted = st.wants[pc, prec]
-        relay_at = set(np.unique(prec[~wanted]).tolist())
-        others = held_arr[self.rivals[cl[pl]], pc[:, None]].sum(axis=1)
-        fixed = _BIG + wanted.astype(np.int64) * 10**8 + np.maximum(0, 9 - others) * 10**7
+        # a relay candidate (a chunk the receiver does not want) sends the receiver to the
+        # general code; only receivers that lack a chunk they do not want can have one
+        relay_at: set[int] = set()
+        if self.relay_check.any():
+            ask = np.flatnonzero(self.relay_check[prec])
+            relay_at = set(np.unique(prec[ask[~st.wants[pc[ask], prec[ask]]]]).tolist())
+        # "exclusive" term: rival in-links (another in-link at least as fast) whose tail holds
+        # the chunk; on receivers with one in-link latency, all in-link tails holding it less one
+        uni = self.uniform[prec]
+        others = np.zeros(len(pl), dtype=np.int64)
+        if uni.any():
+            rows = np.unique(heads)
+            count = np.zeros((len(self.uniform), held_arr.shape[1]), dtype=np.int16)
+            count[rows] = held_arr[self.in_tails[rows]].sum(axis=1, dtype=np.int16)
+            others = count[prec, pc].astype(np.int64) - 1
+        if not uni.all():
+            odd = np.flatnonzero(~uni)
+            others[odd] = held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)
+        # every pair a fast receiver keeps is one it wants (the others went to the general code)
+        fixed = (_BIG + 10**8) + np.maximum(0, 9 - others) * 10**7
         starts_arr = np.searchsorted(pl, np.arange(len(cl) + 1))
         starts = starts_arr.tolist()
         cuts_arr = np.concatenate(([0], np.flatnonzero(np.diff(heads)) + 1))
