@@ -5,10 +5,12 @@ Prints one row per instance and method (AllGather, C = 1, default size 1 GB): GP
 :func:`ccplan.bounds.lower_bound_slots` (``max(latency, ingress, cut)``, the value
 ``compute_bounds(...).best_slots`` reports; ``compute_bounds`` also computes the bound in
 microseconds with one networkx max-flow per destination, which dominates its time at this
-scale and is not needed for a gap in slots), the gap to it, the engine's seconds, the verifier's and the
-bound's seconds, and the peak resident memory of the process that ran it (each row runs in a
-fresh child process, so ``peak MB`` is that row's own high-water mark: Python, the instance,
-the engine, the schedule and the verifier together).
+scale and is not needed for a gap in slots), the gap to it, the engine's seconds (wall clock,
+and ``cpu_s``, the CPU seconds of the process: on the shared machine the wall clock grows with
+the other jobs' load, the CPU time much less), the verifier's and the bound's seconds, and the
+peak resident memory of the process that ran it (each row runs in a fresh child process, so
+``peak MB`` is that row's own high-water mark: Python, the instance, the engine, the schedule
+and the verifier together).
 
 Usage::
 
@@ -107,8 +109,10 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     topo = INSTANCES[name]()
     inst = make_instance(topo, make_collective("allgather", topo), size)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     schedule = ENGINES[method](inst)
     seconds = time.perf_counter() - t0
+    cpu_s = time.process_time() - c0
     t0 = time.perf_counter()
     report = verify(inst, schedule)
     verify_s = time.perf_counter() - t0
@@ -127,6 +131,7 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
         "makespan": report.makespan_slots,
         "bound": lb,
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "verify_s": verify_s,
         "bound_s": bound_s,
         "sends": len(schedule),
@@ -134,8 +139,8 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
     }
 
 
-CSV_FIELDS = ("instance", "method", "size", "gpus", "makespan", "bound", "seconds", "verify_s", "bound_s",
-              "sends", "peak_mb", "load")
+CSV_FIELDS = ("instance", "method", "size", "gpus", "makespan", "bound", "seconds", "cpu_s", "verify_s",
+              "bound_s", "sends", "peak_mb", "load")
 
 
 def _append_csv(path: Path, row: dict[str, object]) -> None:
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared machine)")
     head = (f"{'instance':18} {'method':8} {'GPUs':>5} {'makespan':>8} {'bound':>6} {'gap%':>6} "
-            f"{'seconds':>8} {'verify_s':>8} {'bound_s':>8} {'peak_MB':>8}")
+            f"{'seconds':>8} {'cpu_s':>8} {'verify_s':>8} {'bound_s':>8} {'peak_MB':>8}")
     print(head)
     print("-" * len(head))
     for name in args.instances:
@@ -198,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
             gap = "-" if not lb else f"{100.0 * (row['makespan'] - lb) / lb:.1f}"
             bound_s = "-" if row["bound_s"] is None else f"{row['bound_s']:.1f}"
             print(f"{name:18} {method:8} {row['gpus']:5d} {row['makespan']:8d} {lb if lb else '-':>6} "
-                  f"{gap:>6} {row['seconds']:8.1f} {row['verify_s']:8.1f} {bound_s:>8} "
+                  f"{gap:>6} {row['seconds']:8.1f} {row.get('cpu_s', float('nan')):8.1f} "
+                  f"{row['verify_s']:8.1f} {bound_s:>8} "
                   f"{row['peak_mb']:8.0f}", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -35,6 +35,7 @@ so a run costs about receivers x layers numpy calls plus constant work per send.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import random
 import time
@@ -43,6 +44,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
 
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.mteg import Reservations
@@ -51,7 +54,7 @@ from ccplan.instances.paths import latency_distances
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline
 from ccplan.methods import Outcome, SolveOptions, register, run_constructor
-from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.core import Schedule
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,11 @@ _Commit = Callable[[int, int], None]
 
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
+_REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
+_CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
+_NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
+_FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
+_HUB_DEGREE = 32  # nodes with more links update the per-link counts with numpy
 
 
 @dataclass(frozen=True)
@@ -93,18 +101,59 @@ class LayeredOptions:
         return f"layered[slack={self.slack}" + ("" if self.seed is None else f",seed={self.seed}") + "]"
 
 
-def _distances(instance: Instance) -> dict[int, dict[int, int]]:
-    """All-pairs shortest latency ``d(u, w)`` (sum of ``L``), by Dijkstra from every node."""
+def _distance_matrix(instance: Instance, pos: dict[int, int]) -> np.ndarray:
+    """All-pairs shortest latency ``d(u, w)`` (sum of ``L``) as a ``(V, V)`` array, inf when
+    ``w`` is unreachable from ``u``: one compiled Dijkstra per source (scipy's csgraph).
+
+    Parallel links keep their smallest ``L`` (a sparse matrix would add them up); integer
+    sums are exact in float64, so the values equal those of
+    :func:`ccplan.instances.paths.latency_distances`.
+    """
     topo = instance.topology
-    lat = [int(x) for x in instance.latency]
-    return {
-        s: {v: int(d) for v, d in latency_distances(topo, lat, [s]).items()} for s in topo.node_ids
-    }
+    n = len(pos)
+    lat = np.asarray(instance.latency, dtype=np.int64)
+    src = np.array([pos[lk.src] for lk in topo.links], dtype=np.int64)
+    dst = np.array([pos[lk.dst] for lk in topo.links], dtype=np.int64)
+    if not len(lat):
+        out = np.full((n, n), np.inf)
+        np.fill_diagonal(out, 0)
+        return out
+    if int(lat.min()) <= 0:
+        # csgraph reads a stored 0 as "no link": take the plain Dijkstra (L >= 1 in practice)
+        out = np.full((n, n), np.inf)
+        weights = [int(x) for x in lat]
+        for s, p in pos.items():
+            for v, d in latency_distances(topo, weights, [s]).items():
+                out[p, pos[v]] = d
+        return out
+    order = np.lexsort((lat, src * n + dst))
+    key = (src * n + dst)[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = key[1:] != key[:-1]
+    sel = order[first]
+    graph = csr_matrix((lat[sel].astype(np.float64), (src[sel], dst[sel])), shape=(n, n))
+    return np.asarray(dijkstra(graph, directed=True))
 
 
-def _have_nodes(have: dict[int, set[int]], ci: int) -> list[int]:
-    """Nodes that have chunk index ``ci``."""
-    return [v for v, cs in have.items() if ci in cs]
+def _useful_masks(
+    dmat: np.ndarray, lat: np.ndarray, tail_pos: np.ndarray, head_pos: np.ndarray, slack: int
+) -> tuple[list[int], np.ndarray]:
+    """Per link ``j = (u, v)``: the bit mask of targets ``w`` with ``L_j + d(v, w) <= d(u, w) +
+    slack`` (link on a near-shortest path towards ``w``; bit ``i`` is node position ``i``), and
+    whether the head itself is such a target. Computed in blocks of links so the ``(E, V)``
+    comparison never exists whole."""
+    masks: list[int] = []
+    self_target = np.zeros(len(lat), dtype=bool)
+    block = max(1, 2**22 // max(1, dmat.shape[0]))
+    for lo in range(0, len(lat), block):
+        hi = min(len(lat), lo + block)
+        du = dmat[tail_pos[lo:hi]]
+        dv = dmat[head_pos[lo:hi]]
+        ok = np.isfinite(du) & np.isfinite(dv) & (lat[lo:hi, None] + dv <= du + slack)
+        self_target[lo:hi] = ok[np.arange(hi - lo), head_pos[lo:hi]]
+        packed = np.packbits(ok, axis=1, bitorder="little")
+        masks.extend(int.from_bytes(row.tobytes(), "little") for row in packed)
+    return masks, self_target
 
 
 def layered_schedule(
@@ -132,131 +181,187 @@ def layered_schedule(
     lat = [int(x) for x in instance.latency]
     tail = [lk.src for lk in topo.links]
     head = [lk.dst for lk in topo.links]
-    dist = _distances(instance)
     nodes = topo.node_ids
+    pos = {v: i for i, v in enumerate(nodes)}
+    n_nodes = len(nodes)
     bit = {v: 1 << i for i, v in enumerate(nodes)}
+    tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
+    head_pos = np.array([pos[x] for x in head], dtype=np.intp)
+    lat_arr = np.asarray(lat, dtype=np.int64)
+    dmat = _distance_matrix(instance, pos)
 
     chunks = list(coll.chunk_ids)
+    n_chunks = len(chunks)
     cidx = {c: i for i, c in enumerate(chunks)}
-    # held[v]: chunk indices v holds now; incoming[v]: chunk indices delivered or in flight
+    # held[v]: chunk indices v holds now; have[v]: ... or has in flight
     held: dict[int, set[int]] = {v: set() for v in nodes}
     have: dict[int, set[int]] = {v: set() for v in nodes}
-    holders_count = [0] * len(chunks)
+    holders_count = [0] * n_chunks
     for c, hs in coll.holders.items():
         for v in hs:
             held[v].add(cidx[c])
             have[v].add(cidx[c])
             holders_count[cidx[c]] += 1
-    unsat = [0] * len(chunks)  # bit mask of nodes that want the chunk and do not have it
-    for c, v in coll.demands:
-        unsat[cidx[c]] |= bit[v]
-    for c, v in coll.demands:
-        if not any(v in dist[h] for h in coll.holders[c]):
-            raise CCPlanError(f"chunk {list(c)} cannot reach node {v}: no path from its holders")
-    left = len(coll.demands)
-    # useful[j]: targets w for which link j lies on a (near-)shortest path from its tail
-    useful = []
-    for j in range(topo.num_links):
-        u, v = tail[j], head[j]
-        mask = 0
-        for w in nodes:
-            duw = dist[u].get(w)
-            dvw = dist[v].get(w)
-            if duw is not None and dvw is not None and lat[j] + dvw <= duw + opts.slack:
-                mask |= bit[w]
-        useful.append(mask)
-
-    rank = list(range(len(chunks)))
-    if opts.seed is not None:
-        random.Random(opts.seed).shuffle(rank)
-    pos = {v: i for i, v in enumerate(nodes)}
-    dmat = np.full((len(nodes), len(nodes)), np.inf)
-    for a, row in dist.items():
-        for b, d in row.items():
-            dmat[pos[a], pos[b]] = d
-    avail = np.full((len(chunks), len(nodes)), np.inf)
-    wants = np.zeros((len(chunks), len(nodes)), dtype=bool)
-    for ci in range(len(chunks)):
-        for v in _have_nodes(have, ci):
-            avail[ci, pos[v]] = 0
-    for c, v in coll.demands:
-        wants[cidx[c], pos[v]] = True
-    # dense mirrors of held / holders_count / unsat for the vectorised weights
-    held_arr = np.zeros((len(nodes), len(chunks)), dtype=bool)
+    # held_arr has one extra all-False row: the padding of the rival table below
+    held_arr = np.zeros((n_nodes + 1, n_chunks), dtype=bool)
     for v, cs in held.items():
         held_arr[pos[v], list(cs)] = True
-    have_arr = held_arr.copy()
-    state = _State(held, have, unsat, useful, bit, holders_count, max(1, len(nodes)), rank, lat,
-                   pos, dmat, avail, wants, held_arr, have_arr, np.zeros(len(chunks), dtype=np.int64))
+    have_arr = held_arr[:n_nodes].copy()
+    wants = np.zeros((n_chunks, n_nodes), dtype=bool)  # wants the chunk and does not have it
+    demand_c = np.fromiter((cidx[c] for c, _ in coll.demands), dtype=np.intp, count=len(coll.demands))
+    demand_v = np.fromiter((pos[v] for _, v in coll.demands), dtype=np.intp, count=len(coll.demands))
+    wants[demand_c, demand_v] = True
+    reach = np.zeros_like(wants)
+    for c, hs in coll.holders.items():
+        reach[cidx[c]] = np.isfinite(dmat[[pos[h] for h in hs]]).any(axis=0)
+    lost = np.flatnonzero(wants[demand_c, demand_v] & ~reach[demand_c, demand_v])
+    if len(lost):
+        c, v = list(coll.demands)[int(lost[0])]
+        raise CCPlanError(f"chunk {list(c)} cannot reach node {v}: no path from its holders")
+    # bit mask of nodes that want the chunk and do not have it
+    unsat = [int.from_bytes(row.tobytes(), "little") for row in np.packbits(wants, axis=1, bitorder="little")]
+    left = len(coll.demands)
+    # useful[j]: targets w for which link j lies on a (near-)shortest path from its tail
+    useful, self_target = _useful_masks(dmat, lat_arr, tail_pos, head_pos, opts.slack)
+
+    rank = list(range(n_chunks))
+    if opts.seed is not None:
+        random.Random(opts.seed).shuffle(rank)
+    avail = np.full((n_chunks, n_nodes), np.inf)
+    avail[have_arr.T] = 0
+    state = _State(
+        held,
+        have,
+        unsat,
+        useful,
+        bit,
+        holders_count,
+        max(1, n_nodes),
+        rank,
+        lat,
+        pos,
+        dmat,
+        avail,
+        wants,
+        held_arr,
+        have_arr,
+        np.zeros(n_chunks, dtype=np.int64),
+    )
     # lacking[j]: chunks the tail of link j holds and its head neither has nor awaits, kept up
     # to date at arrivals and commits, so links (and receivers) with nothing to offer are
     # skipped without building their candidate lists
-    tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
-    head_pos = np.array([pos[x] for x in head], dtype=np.intp)
-    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
-    # plain loops over the sets: a node has a handful of links and numpy's per-call cost would dominate
-    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
-    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
     state.head_pos = head_pos
     state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
     lacking_of = state.lacking
-    for ci in range(len(chunks)):
+    for ci in range(n_chunks):
         state.rescore(ci)
+    chunk_score = state.chunk_score
+    score_list = state.score_list = chunk_score.tolist()
+    rank_term = [99 - min(r, 99) for r in rank]
+    max_holders = state.max_holders
+    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
+    # plain loops over the sets: a node has a handful of links and numpy's per-call cost
+    # would dominate -- except at hubs (a switch with hundreds of links), taken with numpy
+    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
+    hub = [max(len(out_pairs[p]), len(in_pairs[p])) > _HUB_DEGREE for p in range(n_nodes)]
+    in_arr = [np.array([j for j, _ in in_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
+    in_tail = [tail_pos[in_arr[p]] for p in range(n_nodes)]
+    out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
+    out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
+    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
+    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
+    busy_until = fast.busy_until
+
     pending: dict[int, list[tuple[int, int]]] = {}
-    sends: list[Send] = []
+    s_slot: list[int] = []
+    s_link: list[int] = []
+    s_chunk: list[int] = []
     last_outage = max((t for _, _, t in instance.outages), default=0)
     limit = opts.max_layers or (10 * (len(coll.demands) + 1) * max(lat, default=1) + last_outage + 10)
     t = 0
     occ = [int(x) for x in instance.occupancy]
+    # a one-slot send on a link of its own receiver's layer never meets another reservation
+    # (the next layer starts at a later slot), so only longer windows and ports are recorded
+    reserve_all = instance.single_port
     # slots at which something can change besides an arrival: a link frees up (end of a send
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
     total = left
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
+
+    def commit(j: int, ci: int) -> None:
+        nonlocal left
+        v = head[j]
+        pv = pos[v]
+        if reserve_all or occ[j] > 1:
+            res.reserve(j, t)
+            heapq.heappush(events, t + occ[j])
+            busy_until[j] = t + occ[j]
+        s_slot.append(t)
+        s_link.append(j)
+        s_chunk.append(ci)
+        have[v].add(ci)
+        have_arr[pv, ci] = True
+        if hub[pv]:
+            for k in in_arr[pv][held_arr[in_tail[pv], ci]].tolist():
+                lacking_of[k] -= 1
+        else:
+            for k, u in in_pairs[pv]:
+                if ci in held[u]:
+                    lacking_of[k] -= 1
+        holders_count[ci] += 1
+        arrive = t + lat[j]
+        pending.setdefault(arrive, []).append((v, ci))
+        avail[ci, pv] = arrive
+        wants[ci, pv] = False
+        state.cache.pop(ci, None)
+        b = bit[v]
+        if unsat[ci] & b:
+            unsat[ci] ^= b
+            left -= 1
+        # the chunk part of _State.weight (rarity, unsatisfied count, rank), as _State.rescore
+        score_list[ci] = chunk_score[ci] = (
+            min(max(max_holders - holders_count[ci], 0), 999) * 10**4
+            + min(unsat[ci].bit_count(), 99) * 100
+            + rank_term[ci]
+        )
+
     while left > 0:
         deadline.check()
         if time.perf_counter() >= next_note:
             # long runs (thousands of GPUs) say how far they are; the CLI shows it with -v
             next_note = time.perf_counter() + _PROGRESS_EVERY
-            log.info("layered: layer %d, %d of %d deliveries done, %.0f s", t, total - left, total,
-                     time.perf_counter() - started)
+            log.info(
+                "layered: layer %d, %d of %d deliveries done, %.0f s",
+                t,
+                total - left,
+                total,
+                time.perf_counter() - started,
+            )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
         for v, ci in pending.pop(t, ()):
+            pv = pos[v]
             held[v].add(ci)
-            held_arr[pos[v], ci] = True
-            for k, w in out_pairs[pos[v]]:
-                if ci not in have[w]:
+            held_arr[pv, ci] = True
+            if hub[pv]:
+                for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
                     lacking_of[k] += 1
-        match = _match_single_port if instance.single_port else _match_per_receiver
+            else:
+                for k, w in out_pairs[pv]:
+                    if ci not in have[w]:
+                        lacking_of[k] += 1
         state.refresh(t)
-        before = len(sends)
-
-        def commit(j: int, ci: int, t: int = t) -> None:
-            nonlocal left
-            v = head[j]
-            res.reserve(j, t)
-            sends.append(Send(slot=t, chunk=chunks[ci], src=tail[j], dst=v))
-            have[v].add(ci)
-            have_arr[pos[v], ci] = True
-            for k, u in in_pairs[pos[v]]:
-                if ci in held[u]:
-                    lacking_of[k] -= 1
-            holders_count[ci] += 1
-            pending.setdefault(t + lat[j], []).append((v, ci))
-            heapq.heappush(events, t + occ[j])
-            avail[ci, pos[v]] = t + lat[j]
-            wants[ci, pos[v]] = False
-            state.forget(ci)
-            if unsat[ci] & bit[v]:
-                unsat[ci] &= ~bit[v]
-                left -= 1
-            state.rescore(ci)
-
-        match(topo, res, t, state, commit)
-        chosen = len(sends) > before
-        if chosen:
+        before = len(s_slot)
+        if instance.single_port:
+            _match_single_port(topo, res, t, state, commit)
+        elif _REFERENCE_LAYER:
+            _match_per_receiver(topo, res, t, state, commit)
+        else:
+            fast.layer(topo, res, t, state, commit)
+        if len(s_slot) > before:
             t += 1
             continue
         # nothing was sent: the next layer that can differ is the next arrival or release
@@ -266,10 +371,18 @@ def layered_schedule(
         if nxt is None:
             raise CCPlanError(f"layered constructor is stuck at layer {t}: no transfer can make progress")
         t = nxt
-    # already chronological; sorting by the same key as Send's order makes Schedule's own
-    # sort a single pass (comparing Send objects is slow at a million sends)
-    sends.sort(key=lambda s: (s.slot, s.chunk, s.src, s.dst, s.reduce))
-    return Schedule(tuple(sends), method="layered")
+    links = np.asarray(s_link, dtype=np.intp)
+    cis = np.asarray(s_chunk, dtype=np.intp)
+    chunk_src = np.array([c[0] for c in chunks], dtype=np.int64)
+    chunk_ix = np.array([c[1] for c in chunks], dtype=np.int64)
+    return Schedule.from_columns(
+        slot=np.asarray(s_slot, dtype=np.int64),
+        chunk_source=chunk_src[cis] if len(cis) else np.zeros(0, dtype=np.int64),
+        chunk_index=chunk_ix[cis] if len(cis) else np.zeros(0, dtype=np.int64),
+        src=np.asarray(tail, dtype=np.int64)[links] if len(links) else np.zeros(0, dtype=np.int64),
+        dst=np.asarray(head, dtype=np.int64)[links] if len(links) else np.zeros(0, dtype=np.int64),
+        method="layered",
+    )
 
 
 @dataclass
@@ -292,6 +405,7 @@ class _State:
     held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
     have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
     chunk_score: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    score_list: list[int] = field(default_factory=list)  # chunk_score as a list (read one at a time)
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -359,8 +473,13 @@ class _State:
                 others += 1
         exclusive = max(0, 9 - others)
         rarity = max(self.max_holders - self.holders_count[ci], 0)
-        return (wanted * 10**8 + exclusive * 10**7 + min(rarity, 999) * 10**4
-                + min(self.unsat[ci].bit_count(), 99) * 100 + (99 - min(self.rank[ci], 99)))
+        return (
+            wanted * 10**8
+            + exclusive * 10**7
+            + min(rarity, 999) * 10**4
+            + min(self.unsat[ci].bit_count(), 99) * 100
+            + (99 - min(self.rank[ci], 99))
+        )
 
     def weights(self, cols: np.ndarray, links: list[int], v: int, topo: Topology) -> np.ndarray:
         """:meth:`weight` of every chunk of ``cols`` on every link of ``links`` (all into ``v``).
@@ -423,48 +542,368 @@ class _State:
 def _match_per_receiver(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
     """Without single-port, receivers only share chunks: one assignment per receiver, each
     committed at once so the next receivers see the chunk as less rare (otherwise every
-    receiver picks the same rarest chunk and a bottleneck carries copies of one chunk)."""
+    receiver picks the same rarest chunk and a bottleneck carries copies of one chunk).
+
+    The reference form of a layer; :class:`_FastPath` computes the same commits."""
     nodes = topo.node_ids
-    lacking = st.lacking
     # commits only lower ``lacking`` on the receiver's own in-links, so the set is fixed for the layer
     for p in st.active_receivers():
-        v = nodes[p]
-        units: list[int] = []
-        cand: dict[int, np.ndarray] = {}
-        for j in topo.in_links[v]:
-            if not lacking[j]:
-                continue
-            u = topo.links[j].src
-            free = res.free_units(j, t)
-            if free <= 0:
-                continue
-            cs = st.candidates(j, u, v, t)
-            if not len(cs):
-                continue
-            cand[j] = cs
-            units.extend([j] * free)
-        if not units:
+        _match_receiver(topo, res, t, st, commit, nodes[p])
+
+
+def _match_receiver(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit, v: int) -> None:
+    """Candidates, weights and the assignment of receiver ``v`` in layer ``t``, committed."""
+    lacking = st.lacking
+    units: list[int] = []
+    cand: dict[int, np.ndarray] = {}
+    for j in topo.in_links[v]:
+        if not lacking[j]:
             continue
-        links = list(cand)
-        if len(units) == 1:
-            # one link, so ``cols`` is its candidate list; argmax takes the lowest chunk on a tie
-            cols = cand[units[0]]
-            commit(units[0], int(cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))]))
+        u = topo.links[j].src
+        free = res.free_units(j, t)
+        if free <= 0:
             continue
-        # rows over all chunks, then the columns some link offers (cheaper than np.unique)
-        offered_all = np.zeros((len(links), st.held_arr.shape[1]), dtype=bool)
-        for r, j in enumerate(links):
-            offered_all[r, cand[j]] = True
-        cols = np.flatnonzero(offered_all.any(axis=0))
-        offered = offered_all[:, cols]
-        per_link = st.weights(cols, links, v, topo)
-        per_link = np.where(offered, per_link + _BIG, 0)
-        row_of = {j: r for r, j in enumerate(links)}
-        w = per_link[[row_of[j] for j in units]]
-        rows, colsel = linear_sum_assignment(w, maximize=True)
-        for r, k in zip(rows, colsel, strict=True):
-            if w[r, k] > 0:
-                commit(units[r], int(cols[k]))
+        cs = st.candidates(j, u, v, t)
+        if not len(cs):
+            continue
+        cand[j] = cs
+        units.extend([j] * free)
+    if not units:
+        return
+    links = list(cand)
+    if len(units) == 1:
+        # one link, so ``cols`` is its candidate list; argmax takes the lowest chunk on a tie
+        cols = cand[units[0]]
+        commit(units[0], int(cols[int(np.argmax(st.weights(cols, links, v, topo)[0]))]))
+        return
+    # rows over all chunks, then the columns some link offers (cheaper than np.unique)
+    offered_all = np.zeros((len(links), st.held_arr.shape[1]), dtype=bool)
+    for r, j in enumerate(links):
+        offered_all[r, cand[j]] = True
+    cols = np.flatnonzero(offered_all.any(axis=0))
+    offered = offered_all[:, cols]
+    per_link = st.weights(cols, links, v, topo)
+    per_link = np.where(offered, per_link + _BIG, 0)
+    row_of = {j: r for r, j in enumerate(links)}
+    w = per_link[[row_of[j] for j in units]]
+    rows, colsel = linear_sum_assignment(w, maximize=True)
+    for r, k in zip(rows, colsel, strict=True):
+        if w[r, k] > 0:
+            commit(units[r], int(cols[k]))
+
+
+@dataclass(frozen=True)
+class _FastPath:
+    """One layer of :func:`_match_per_receiver`, with the work done once per layer for all
+    receivers where no commit of another receiver can change it.
+
+    Within a layer, what a receiver ``v`` is offered depends on the holdings of its in-links'
+    tails (fixed: arrivals are applied before the layer), on what ``v`` has (changed only by
+    ``v``'s own commits, which come after its matching), on the free units of its in-links
+    (reserved only by ``v``) and on the "exclusive" term of :meth:`_State.weight` (holdings
+    again). So the candidate pairs (link, chunk), their "wanted" and "exclusive" terms are
+    computed for every receiver at once; only the chunk part of the weight (rarity and
+    unsatisfied count, which other receivers' commits change) is read at the receiver's turn.
+
+    The assignment of a receiver is then taken row by row (one row per free link unit, in
+    the order of ``topo.in_links``): a row takes the lowest chunk of its largest weight that
+    no earlier row took. When every row finds one and there are no more rows than columns,
+    this is exactly what :func:`scipy.optimize.linear_sum_assignment` returns on the same
+    matrix (its shortest augmenting path starts each row from the unassigned column of least
+    reduced cost, lowest index first on a tie, and the duals stay zero while no path has to
+    re-route an earlier row); otherwise the full assignment is solved as before.
+
+    Receivers with many in-links (a switch), an in-link that is not a shortest way to its
+    head, or a relay candidate (a chunk offered that the receiver does not want) go through
+    the general per-receiver code (:func:`_match_receiver`).
+    """
+
+    order: np.ndarray  # links sorted by (head position, place in the head's in-link list)
+    tail_pos: np.ndarray
+    head_pos: np.ndarray
+    occ1: np.ndarray  # per link: one-slot occupancy window
+    cap: np.ndarray  # per link: omega outside outages
+    outages_at: dict[int, np.ndarray]  # slot -> links down in it
+    fast_recv: np.ndarray  # per node position: may take the fast path
+    rivals: np.ndarray  # (E, width): tail rows of the in-links "at least as fast" (pad: a False row)
+    uniform: np.ndarray  # per node: a fast receiver whose in-links all have one latency
+    in_tails: np.ndarray  # (V, width + 1): rows of a fast receiver's in-link tails (pad: a False row)
+    relay_check: np.ndarray  # per node: a fast receiver that may be offered a chunk it does not want
+    simple: np.ndarray  # per link: window of more than one slot, omega 1, no outage
+    asks: np.ndarray  # per link: window of more than one slot, not simple
+    busy_until: np.ndarray  # per simple link: first slot after the window of its last send
+
+    @classmethod
+    def build(
+        cls,
+        instance: Instance,
+        lat: np.ndarray,
+        tail_pos: np.ndarray,
+        head_pos: np.ndarray,
+        self_target: np.ndarray,
+        may_relay: np.ndarray,
+    ) -> _FastPath:
+        """Static per-link tables (see the attributes); ``may_relay``: per node, whether it
+        lacks a chunk it does not want (so a chunk may be offered to it as a relay)."""
+        topo = instance.topology
+        nodes = topo.node_ids
+        n = len(nodes)
+        in_rank = np.zeros(topo.num_links, dtype=np.int64)
+        for v in nodes:
+            for r, j in enumerate(topo.in_links[v]):
+                in_rank[j] = r
+        order = np.lexsort((in_rank, head_pos)).astype(np.intp)
+        deg = np.array([len(topo.in_links[v]) for v in nodes], dtype=np.int64)
+        all_shortest = np.ones(n, dtype=bool)
+        np.logical_and.at(all_shortest, head_pos, self_target)
+        fast_recv = (deg <= _FAST_DEGREE) & all_shortest
+        width = max(1, int(deg[fast_recv].max(initial=1)) - 1)
+        rivals = np.full((topo.num_links, width), n, dtype=np.intp)
+        for p in np.flatnonzero(fast_recv).tolist():
+            ins = topo.in_links[nodes[p]]
+            for j in ins:
+                row = [int(tail_pos[k]) for k in ins if k != j and lat[k] <= lat[j]]
+                rivals[j, : len(row)] = row
+        # receivers whose in-links all have one latency: every other in-link is a rival, so
+        # the rivals holding a chunk are the in-link tails holding it, less the link's own
+        uniform = np.zeros(n, dtype=bool)
+        in_tails = np.full((n, width + 1), n, dtype=np.intp)
+        for p in np.flatnonzero(fast_recv).tolist():
+            ins = topo.in_links[nodes[p]]
+            uniform[p] = len({int(lat[k]) for k in ins}) <= 1
+            in_tails[p, : len(ins)] = [int(tail_pos[k]) for k in ins]
+        outages: dict[int, list[int]] = {}
+        for link, slot in instance.outage_set:
+            outages.setdefault(slot, []).append(link)
+        occ1 = np.asarray(instance.occupancy) == 1
+        cap = np.asarray(instance.link_capacity, dtype=np.int64)
+        down = np.zeros(topo.num_links, dtype=bool)
+        down[[link for link, _ in instance.outage_set]] = True
+        simple = ~occ1 & (cap == 1) & ~down
+        return cls(
+            order=order,
+            tail_pos=tail_pos,
+            head_pos=head_pos,
+            occ1=occ1,
+            cap=cap,
+            outages_at={s: np.array(sorted(ls), dtype=np.intp) for s, ls in outages.items()},
+            fast_recv=fast_recv,
+            rivals=rivals,
+            uniform=uniform & fast_recv,
+            in_tails=in_tails,
+            relay_check=fast_recv & may_relay,
+            simple=simple,
+            asks=~occ1 & ~simple,
+            busy_until=np.zeros(topo.num_links, dtype=np.int64),
+        )
+
+    def layer(self, topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
+        """Match and commit every receiver of layer ``t``, in ascending node position."""
+        lack = np.fromiter(st.lacking, dtype=np.int64, count=len(st.lacking))
+        cl = self.order[lack[self.order] > 0]
+        if not len(cl):
+            return
+        # free units at the start of the layer: omega for one-slot links (nothing reserved
+        # their slot yet), the reservations for longer windows
+        units = self.cap[cl]
+        down = self.outages_at.get(t)
+        if down is not None:
+            units = np.where(np.isin(cl, down), 0, units)
+        # longer windows of one unit on links without outages: free once the last send's
+        # window ended (sends start in increasing layers); others ask the reservations
+        units = np.where(self.simple[cl], self.busy_until[cl] <= t, units)
+        for i in np.flatnonzero(self.asks[cl]).tolist():
+            units[i] = res.free_units(int(cl[i]), t)
+        keep = units > 0
+        cl, units = cl[keep], units[keep]
+        if not len(cl):
+            return
+        heads = self.head_pos[cl]
+        held_arr = st.held_arr
+        pl, pc = np.nonzero(held_arr[self.tail_pos[cl]] & ~st.have_arr[heads])
+        prec = heads[pl]
+        # a relay candidate (a chunk the receiver does not want) sends the receiver to the
+        # general code; only receivers that lack a chunk they do not want can have one
+        relay_at: set[int] = set()
+        if self.relay_check.any():
+            ask = np.flatnonzero(self.relay_check[prec])
+            relay_at = set(np.unique(prec[ask[~st.wants[pc[ask], prec[ask]]]]).tolist())
+        # "exclusive" term: rival in-links (another in-link at least as fast) whose tail holds
+        # the chunk; on receivers with one in-link latency, all in-link tails holding it less one
+        uni = self.uniform[prec]
+        others = np.zeros(len(pl), dtype=np.int64)
+        if uni.any():
+            rows = np.unique(heads)
+            count = np.zeros((len(self.uniform), held_arr.shape[1]), dtype=np.int16)
+            count[rows] = held_arr[self.in_tails[rows]].sum(axis=1, dtype=np.int16)
+            others = count[prec, pc].astype(np.int64) - 1
+        if not uni.all():
+            odd = np.flatnonzero(~uni)
+            others[odd] = held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)
+        # every pair a fast receiver keeps is one it wants (the others went to the general code)
+        fixed = (_BIG + 10**8) + np.maximum(0, 9 - others) * 10**7
+        starts_arr = np.searchsorted(pl, np.arange(len(cl) + 1))
+        starts = starts_arr.tolist()
+        cuts_arr = np.concatenate(([0], np.flatnonzero(np.diff(heads)) + 1))
+        cuts = [*cuts_arr.tolist(), len(cl)]
+        links = cl.tolist()
+        unit_l = units.tolist()
+        heads_l = heads.tolist()
+        chunk_score = st.chunk_score
+        # each link's pairs of nearly its largest weight at the start of the layer, sorted by
+        # that weight, largest first, lowest chunk first on a tie. Chunk scores only fall within
+        # a layer (more holders, fewer unsatisfied), so at the receiver's turn a scan for the
+        # largest weight now may stop at the first pair whose start weight is below the best
+        # found; when it runs past the pairs kept, the receiver's weights are computed in full
+        w0 = fixed + chunk_score[pc]
+        seg_starts = starts_arr[:-1]
+        floor = np.maximum.reduceat(w0, seg_starts) - _NEAR
+        near = np.flatnonzero(w0 >= floor[pl])
+        near = near[np.lexsort((pc[near], -w0[near], pl[near]))]
+        near_starts = np.searchsorted(pl[near], np.arange(len(cl) + 1)).tolist()
+        s_chunk = pc[near].tolist()
+        s_fixed = fixed[near].tolist()
+        s_w0 = w0[near].tolist()
+        floor_l = floor.tolist()
+        counts_arr = np.diff(starts_arr)
+        score = st.score_list
+
+        nodes = topo.node_ids
+        most = np.maximum.reduceat(counts_arr, cuts_arr).tolist()  # per receiver: most pairs of a link
+        for g, (a, b) in enumerate(itertools.pairwise(cuts)):
+            p = heads_l[a]
+            if not self.fast_recv[p] or p in relay_at:
+                _match_receiver(topo, res, t, st, commit, nodes[p])
+                continue
+            chosen = _rows_scan(s_chunk, s_fixed, s_w0, score, near_starts, floor_l, unit_l, links, a, b)
+            if (
+                chosen is not None
+                and len(chosen) > most[g]
+                and len(chosen) > len(set(pc[starts[a] : starts[b]].tolist()))
+            ):
+                chosen = None  # more rows than columns: scipy solves the transposed problem
+            if chosen is _CONFLICT or chosen is None:
+                lo, hi = starts[a], starts[b]
+                w = fixed[lo:hi] + chunk_score[pc[lo:hi]]
+                found = None
+                if chosen is None:  # the kept pairs did not decide: the rule on all pairs may
+                    found = _rows_first(w, pc[lo:hi], starts_arr[a:b] - lo, counts_arr[a:b], unit_l[a:b])
+                if found is None:
+                    chosen = _assign(w, pc[lo:hi], counts_arr[a:b], unit_l[a:b], links[a:b])
+                else:
+                    chosen = [(links[a + i], ci) for i, ci in found]
+            for j, ci in chosen:
+                commit(j, ci)
+
+
+def _rows_scan(
+    s_chunk: list[int],
+    s_fixed: list[int],
+    s_w0: list[int],
+    score: list[int],
+    starts: list[int],
+    floor: list[int],
+    units: list[int],
+    links: list[int],
+    a: int,
+    b: int,
+) -> list[tuple[int, int]] | None:
+    """Row-by-row assignment of the receiver of link slots ``a .. b-1`` (see
+    :class:`_FastPath`) from each link's pairs kept at the start of the layer: ``(link,
+    chunk)`` per row; :data:`_CONFLICT` when a row finds every best column taken (the optimal
+    assignment may re-route a row), None when it needs pairs that were not kept (then the
+    caller computes the receiver in full).
+
+    ``s_chunk``/``s_fixed``/``s_w0``: per kept pair its chunk, the fixed part of its weight and
+    its weight at the start of the layer; link ``i``'s pairs are ``starts[i] .. starts[i+1]-1``,
+    sorted by start weight, largest first, lowest chunk first on a tie, and are all its pairs
+    of start weight ``>= floor[i]``; ``score``: the current chunk part of the weights.
+    """
+    taken: set[int] = set()
+    chosen: list[tuple[int, int]] = []
+    for i in range(a, b):
+        best = -1
+        tops: list[int] = []
+        need = units[i]
+        ready = 0  # untaken chunks of the largest weight met among pairs whose start weight equals it
+        for q in range(starts[i], starts[i + 1]):
+            start = s_w0[q]
+            # the rest weigh at most ``start`` now; at ``start == best`` they are higher chunks
+            # than the ``ready`` ones of the same start weight, so none of them is picked
+            if start < best or (start == best and ready >= need):
+                break
+            c = s_chunk[q]
+            now = s_fixed[q] + score[c]
+            if now > best:
+                best = now
+                tops = [c]
+                ready = 0
+            elif now == best:
+                tops.append(c)
+            else:
+                continue
+            if start == best and c not in taken:
+                ready += 1
+        else:
+            if best < floor[i]:
+                return None  # a pair below the kept ones may weigh as much now
+        for _ in range(need):
+            free = [c for c in tops if c not in taken]
+            if not free:
+                return _CONFLICT  # every best column is taken: the assignment may re-route a row
+            c = min(free)
+            taken.add(c)
+            chosen.append((links[i], c))
+    return chosen
+
+
+def _rows_first(
+    w: np.ndarray, chunks: np.ndarray, rel: np.ndarray, counts: np.ndarray, units: list[int]
+) -> list[tuple[int, int]] | None:
+    """Row-by-row assignment of one receiver (see :class:`_FastPath`): ``(link, chunk)`` per
+    row, the link as its place among the receiver's links, or None when it may differ from the
+    choice of the optimal assignment.
+
+    ``w`` and ``chunks``: the receiver's candidate pairs, link by link, chunks ascending
+    within a link; ``rel``/``counts``: where each link's pairs start and how many there are.
+    """
+    rows = sum(units)
+    if rows > int(counts.max()) and rows > len(np.unique(chunks)):
+        return None  # more rows than columns: scipy solves the transposed problem
+    best = np.flatnonzero(w == np.repeat(np.maximum.reduceat(w, rel), counts))
+    link_of = np.searchsorted(rel, best, side="right") - 1
+    best_chunks = chunks[best].tolist()
+    tops: list[list[int]] = [[] for _ in units]
+    for i, ci in zip(link_of.tolist(), best_chunks, strict=True):
+        tops[i].append(ci)
+    taken: set[int] = set()
+    picks: list[tuple[int, int]] = []
+    for i, n_units in enumerate(units):
+        for _ in range(n_units):
+            for ci in tops[i]:
+                if ci not in taken:
+                    break
+            else:
+                return None  # every best column is taken: the assignment may re-route a row
+            taken.add(ci)
+            picks.append((i, ci))
+    return picks
+
+
+def _assign(
+    w: np.ndarray, chunks: np.ndarray, counts: np.ndarray, units: list[int], links: list[int]
+) -> list[tuple[int, int]]:
+    """The full assignment of one receiver, on the matrix :func:`_match_receiver` builds
+    (rows: link units in order; columns: the offered chunks ascending; 0 where not offered)."""
+    cols, col_of = np.unique(chunks, return_inverse=True)
+    per_link = np.zeros((len(units), len(cols)), dtype=np.int64)
+    per_link[np.repeat(np.arange(len(units)), counts), col_of] = w
+    row_links = np.repeat(np.arange(len(units)), units)
+    mat = per_link[row_links]
+    rows, colsel = linear_sum_assignment(mat, maximize=True)
+    return [
+        (links[int(row_links[r])], int(cols[k])) for r, k in zip(rows, colsel, strict=True) if mat[r, k] > 0
+    ]
 
 
 def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
@@ -511,4 +950,3 @@ def layered_engine(instance: Instance, options: SolveOptions) -> Outcome:
         status="feasible",
         details={"variant": opts.label(), "seconds": time.perf_counter() - start},
     )
-
