@@ -5,7 +5,8 @@ Prints one row per instance and method (AllGather, C = 1, default size 1 GB): GP
 :func:`ccplan.bounds.lower_bound_slots` (``max(latency, ingress, cut)``, the value
 ``compute_bounds(...).best_slots`` reports; ``compute_bounds`` also computes the bound in
 microseconds with one networkx max-flow per destination, which dominates its time at this
-scale and is not needed for a gap in slots), the gap to it, the engine's seconds (wall clock,
+scale and is not needed for a gap in slots), the gap to it (``(makespan - bound) /
+makespan``, as ``Result.gap`` and the CLI report it), the engine's seconds (wall clock,
 and ``cpu_s``, the CPU seconds of the process: on the shared machine the wall clock grows with
 the other jobs' load, the CPU time much less), the verifier's and the bound's seconds, and the
 peak resident memory of the process that ran it (each row runs in a fresh child process, so
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
                 _append_csv(Path(args.csv), {"instance": name, "method": method, "size": args.size,
                                              "load": os.getloadavg()[0], **row})
             lb = row["bound"]
-            gap = "-" if not lb else f"{100.0 * (row['makespan'] - lb) / lb:.1f}"
+            gap = "-" if not lb else f"{100.0 * (row['makespan'] - lb) / row['makespan']:.1f}"
             bound_s = "-" if row["bound_s"] is None else f"{row['bound_s']:.1f}"
             print(f"{name:18} {method:8} {row['gpus']:5d} {row['makespan']:8d} {lb if lb else '-':>6} "
                   f"{gap:>6} {row['seconds']:8.1f} {row.get('cpu_s', float('nan')):8.1f} "

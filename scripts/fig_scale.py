@@ -9,7 +9,7 @@
 Reads the rows ``benchmarks/scale.py --csv`` appended (one per instance and method; the
 makespan was accepted by the verifier there), prints them and writes
 ``docs/img/scale_time_gap.png``: left, the engine's seconds against GPUs (log-log); right, the
-gap ``(makespan - bound) / bound`` in percent. A family is the instance name without its size
+gap ``(makespan - bound) / makespan`` in percent (as ``Result.gap`` and the CLI). A family is the instance name without its size
 (``torus32`` -> torus, ``ndv2-32`` -> ndv2).
 """
 
@@ -45,7 +45,7 @@ def main() -> None:
     for r in rows:
         gpus, secs, span = int(r["gpus"]), float(r["seconds"]), int(r["makespan"])
         bound = int(r["bound"]) if r.get("bound") else None
-        gap = None if not bound else 100.0 * (span - bound) / bound
+        gap = None if not bound else 100.0 * (span - bound) / span
         series.setdefault((family(r["instance"]), r["method"]), []).append((gpus, secs, gap))
         table.append([r["instance"], r["method"], gpus, span, bound, gap, secs, float(r["peak_mb"]),
                       float(r["load"])])
