@@ -9,8 +9,8 @@
 Reads the rows ``benchmarks/scale.py --csv`` appended (one per instance and method; the
 makespan was accepted by the verifier there), prints them and writes
 ``docs/img/scale_time_gap.png``: left, the engine's seconds against GPUs (log-log); right, the
-gap ``(makespan - bound) / makespan`` in percent (as ``Result.gap`` and the CLI). A family is the instance name without its size
-(``torus32`` -> torus, ``ndv2-32`` -> ndv2).
+gap ``(makespan - bound) / makespan`` in percent (as ``Result.gap`` and the CLI). A family is
+the instance name without its size (``torus32`` -> torus, ``ndv2-32`` -> ndv2).
 """
 
 from __future__ import annotations
