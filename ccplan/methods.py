@@ -246,6 +246,21 @@ def run_constructor(
         return None, Outcome(schedule=None, status="unknown", details={"interrupted": True})
 
 
+
+def constructor_outcome(build: Callable[[Any], Schedule], time_limit: float | None, variant: str) -> Outcome:
+    """:func:`run_constructor` for a constructor that returns a :class:`Schedule`: its
+    ``feasible`` Outcome with ``details`` ``variant`` and ``seconds``, or the Outcome that
+    says why there is none."""
+    start = time.perf_counter()
+    schedule, failed = run_constructor(build, time_limit, variant)
+    if failed is not None:
+        return failed
+    return Outcome(
+        schedule=schedule,
+        status="feasible",
+        details={"variant": variant, "seconds": time.perf_counter() - start},
+    )
+
 def register(name: str) -> Callable[[Engine], Engine]:
     """Decorator: register an engine under ``name``."""
 

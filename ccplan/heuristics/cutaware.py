@@ -51,7 +51,7 @@ from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline
-from ccplan.methods import Outcome, SolveOptions, register, run_constructor
+from ccplan.methods import Outcome, SolveOptions, constructor_outcome, register
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)
@@ -340,16 +340,8 @@ def cut_aware_schedule(
 @register("cut-aware")
 def cut_aware_engine(instance: Instance, options: SolveOptions) -> Outcome:
     """Engine ``cut-aware``: one copy per chunk across each chassis cut (``extra``: ``cross_bias``)."""
-    start = time.perf_counter()
     bias = options.extra.get("cross_bias")
     opts = CutAwareOptions(cross_bias=None if bias is None else int(bias))
-    schedule, failed = run_constructor(
+    return constructor_outcome(
         lambda deadline: cut_aware_schedule(instance, opts, deadline), options.time_limit, opts.label()
-    )
-    if failed is not None:
-        return failed
-    return Outcome(
-        schedule=schedule,
-        status="feasible",
-        details={"variant": opts.label(), "seconds": time.perf_counter() - start},
     )

@@ -53,7 +53,7 @@ from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_distances
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline
-from ccplan.methods import Outcome, SolveOptions, register, run_constructor
+from ccplan.methods import Outcome, SolveOptions, constructor_outcome, register
 from ccplan.schedule.core import Schedule
 
 log = logging.getLogger(__name__)
@@ -937,16 +937,8 @@ def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, co
 @register("layered")
 def layered_engine(instance: Instance, options: SolveOptions) -> Outcome:
     """Engine ``layered``: the draft's layer-by-layer constructor (``extra``: ``slack``)."""
-    start = time.perf_counter()
     seed = options.extra.get("layered_seed")
     opts = LayeredOptions(slack=int(options.extra.get("slack", 0)), seed=None if seed is None else int(seed))
-    schedule, failed = run_constructor(
+    return constructor_outcome(
         lambda deadline: layered_schedule(instance, opts, deadline), options.time_limit, opts.label()
-    )
-    if failed is not None:
-        return failed
-    return Outcome(
-        schedule=schedule,
-        status="feasible",
-        details={"variant": opts.label(), "seconds": time.perf_counter() - start},
     )
