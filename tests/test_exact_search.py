@@ -120,12 +120,14 @@ def test_prove_above_the_bound_is_a_solver_proof() -> None:
 def test_warm_start_stops_when_the_heuristic_stagnates() -> None:
     """With a 300 s limit the old fixed share gave the heuristic 30 s on an instance where
     it cannot reach the bound; budgeted by progress it stops after WARM_START_PATIENCE
-    rounds in a row that do not improve (milliseconds here)."""
+    rounds in a row that do not improve: 0.2-0.4 s here unloaded, once 3.0 s in a full suite
+    run (a round that improves doubles the next one's budget, and the portfolio is
+    randomised). The assertion is against the old share, not a speed: at most half of it."""
     inst = ABOVE["switch-broadcast-C2-16MB-single-port"]
     res = solve(inst, "milp", SolveOptions(time_limit=300))
     assert res.status == "optimal"
     assert res.details["heuristic_makespan"] > lower_bound_slots(inst)
-    assert res.details["warm_start_seconds"] < 3.0
+    assert res.details["warm_start_seconds"] < 0.5 * 0.1 * 300
 
 
 def _amd_allgather() -> Instance:
