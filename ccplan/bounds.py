@@ -561,26 +561,43 @@ def _candidate_sets(prob: _Movement) -> list[np.ndarray]:
 
 
 def _set_cuts(prob: _Movement, dist: np.ndarray, hdist: np.ndarray, windows: bool) -> list[_SetCut]:
-    """The aggregate cuts of the candidate sets that have something to push out."""
+    """The aggregate cuts of the candidate sets that have something to push out.
+
+    Per set, the chunks held only inside come from a sparse product over the holders (one
+    entry per holding, not a chunk x node product) and the crossing demands from the rows of
+    those chunks only; the distance to the outside destinations is 0 at a destination and
+    taken as a minimum for the other nodes only. The per-set work is so about the set's own
+    chunks times the nodes, where a dense chunk x node product per set made the cuts of a
+    64x64 torus (4,096 singletons) cubic in the GPUs.
+    """
     num_chunks = len(prob.holders)
-    held = np.zeros((num_chunks, prob.n), dtype=np.int32)
-    for c, hs in enumerate(prob.holders):
-        held[c, list(hs)] = 1
-    pairs = [(c, v) for v, cs in prob.needs.items() for c in cs]
-    dem_c = np.array([c for c, _ in pairs], dtype=np.int64)
-    dem_v = np.array([v for _, v in pairs], dtype=np.int64)
+    rows = np.fromiter((c for c, hs in enumerate(prob.holders) for _ in hs), dtype=np.int64)
+    cols = np.fromiter((v for hs in prob.holders for v in hs), dtype=np.int64)
+    held = sp.csr_array((np.ones(len(rows), dtype=np.int32), (rows, cols)), shape=(num_chunks, prob.n))
+    need = np.zeros((num_chunks, prob.n), dtype=bool)
+    for v, cs in prob.needs.items():
+        need[list(cs), v] = True
     out = []
     for inside in _candidate_sets(prob):
-        only_inside = (held @ (~inside).astype(np.int32)) == 0
-        crossing = only_inside[dem_c] & ~inside[dem_v]
-        if not crossing.any():
+        only_inside = np.flatnonzero((held @ (~inside).astype(np.int32)) == 0)
+        if not len(only_inside):
             continue
-        chunks = np.unique(dem_c[crossing])
-        dests = np.unique(dem_v[crossing])
+        outside = np.flatnonzero(~inside)
+        sub = need[np.ix_(only_inside, outside)]
+        chunk_hit = sub.any(axis=1)
+        if not chunk_hit.any():
+            continue
+        chunks = only_inside[chunk_hit]
+        dests = outside[sub.any(axis=0)]
         leaving = inside[prob.src] & ~inside[prob.dst]
         if windows:
             earliest = hdist[chunks].min(axis=0)
-            to_out = dist[:, dests].min(axis=1)
+            to_out = np.zeros(prob.n, dtype=dist.dtype)
+            is_dest = np.zeros(prob.n, dtype=bool)
+            is_dest[dests] = True
+            others = np.flatnonzero(~is_dest)
+            # dist[d, d] == 0, so a destination's own distance to the set of destinations is 0
+            to_out[others] = dist[np.ix_(others, dests)].min(axis=1)
         else:
             earliest = np.zeros(prob.n)
             to_out = np.zeros(prob.n)
