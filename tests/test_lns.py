@@ -250,3 +250,21 @@ def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch) -> N
     assert res.details["strategy"] == "auto:ascending+lns"
     assert res.details["lns"]["rounds"] == 1
     assert res.makespan_slots is not None and res.makespan_slots <= m
+
+
+def test_sub_instance_keeps_switch_model_and_alpha_cap() -> None:
+    """A neighbourhood's sub-instance differs from the incumbent's only in its collective and
+    outages: under TE-CCL's semantics (cut-through switch, alpha cap) it keeps both, and so
+    the slot length and every link's ``L`` (a store-and-forward sub-model would re-time the
+    switch hop, one with another tau every ``l``)."""
+    topo = make_topology("star3", gpus=[0, 1, 2], switches=[3],
+                         duplex_links=[(g, 3, 50.0, 0.7) for g in range(3)])
+    inst = make_instance(topo, make_collective("allgather", topo), "1KB",
+                         switch_model="cut-through", alpha_cap=200)
+    incumbent = solve(inst, "heuristic", SolveOptions(time_limit=10)).schedule
+    assert incumbent is not None and verify(inst, incumbent).ok
+    sub = restrict(inst, incumbent, ((0, 0),)).instance
+    assert sub.switch_model == "cut-through" and sub.alpha_cap == 200
+    assert sub.tau_us == inst.tau_us
+    assert list(sub.latency) == list(inst.latency)
+    assert sub.collective.chunk_ids == ((0, 0),)

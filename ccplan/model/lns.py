@@ -47,7 +47,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ccplan.errors import ValidationError
@@ -254,17 +254,8 @@ def restrict(instance: Instance, schedule: Schedule, chunks: tuple[Chunk, ...]) 
         root=coll.root,
         dests=coll.dests,
     )
-    sub = Instance(
-        topology=topo,
-        collective=sub_coll,
-        size_bytes=instance.size_bytes,
-        tau_rule=instance.tau_rule,
-        tau_us_explicit=instance.tau_us_explicit,
-        alpha_threshold=instance.alpha_threshold,
-        single_port=instance.single_port,
-        capacity=instance.capacity,
-        outages=tuple(sorted(outages)),
-    )
+    # Every other field (switch model, alpha cap, slot rule, ...) stays the incumbent's.
+    sub = replace(instance, collective=sub_coll, outages=tuple(sorted(outages)))
     fixed_arr = [t for (chunk, _v), t in arrivals(instance, schedule).items() if chunk not in free_set]
     return Restriction(
         instance=sub,
