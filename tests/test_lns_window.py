@@ -230,8 +230,10 @@ def test_warm_start_runs_the_cut_aware_companion_on_chassis(monkeypatch: pytest.
     greedy = _delay_last(inst, greedy, m_greedy)
     assert m_cut is not None and m_cut < (verify(inst, greedy).makespan_slots or 0)
 
-    def stub(*_: Any, **__: Any) -> Schedule:
-        return greedy
+    padded = verify(inst, greedy).makespan_slots
+
+    def stub(*_: Any, **__: Any) -> tuple[Schedule, int | None]:
+        return greedy, padded
 
     monkeypatch.setattr(exact, "_heuristic_until_stagnation", stub)
     facts: dict[str, float] = {}

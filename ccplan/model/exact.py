@@ -770,8 +770,9 @@ instances is two short rounds, a few hundredths of a second."""
 def _heuristic_until_stagnation(
     instance: Instance, options: SolveOptions, engine: Any, t0: float, lower: int,
     facts: dict[str, float] | None = None,
-) -> Schedule | None:
-    """The ``heuristic`` portfolio, budgeted by progress rather than by a fixed share.
+) -> tuple[Schedule | None, int | None]:
+    """The ``heuristic`` portfolio, budgeted by progress rather than by a fixed share; its
+    best schedule and that schedule's makespan (None, None when it found none).
 
     First one run with a budget of :data:`WARM_START_FIRST_ROUND` (the portfolio always
     runs its first variant, MTEGCCA, and stops when the budget is gone; q seconds in all);
@@ -813,7 +814,7 @@ def _heuristic_until_stagnation(
                 break  # stagnation
             continue
         best, best_m, misses = out.schedule, m, 0
-    return best
+    return best, best_m
 
 
 HEURISTIC_INSTEAD_FACTOR = 4.0
@@ -857,10 +858,8 @@ def _lns_instead(run: _Run) -> bool:
 
 
 def _has_chassis(instance: Instance) -> bool:
-    try:
-        from ccplan.heuristics.cutaware import has_chassis
-    except ImportError:
-        return False
+    from ccplan.heuristics.cutaware import has_chassis  # on use, like every engine module
+
     return has_chassis(instance.topology)
 
 
@@ -873,11 +872,12 @@ gives 85 in 3 s)."""
 
 
 def _companions(
-    instance: Instance, options: SolveOptions, t0: float, best: Schedule | None, lower: int
+    instance: Instance, options: SolveOptions, t0: float, best: Schedule | None, best_m: int | None,
+    lower: int,
 ) -> tuple[Schedule | None, str | None]:
     """Run :data:`WARM_START_COMPANIONS` that apply; return the best schedule and the name of
-    the companion that gave it (None when the portfolio's stays best)."""
-    best_m = None if best is None else verify(instance, best).makespan_slots
+    the companion that gave it (None when the portfolio's stays best). ``best_m`` is
+    ``best``'s makespan, as the portfolio's rounds verified it."""
     source: str | None = None
     for name, applies in WARM_START_COMPANIONS.items():
         if best_m is not None and best_m <= lower:
@@ -935,8 +935,8 @@ def _warm_start(
                 h_opts = SolveOptions(time_limit=h_limit, workers=options.workers, seed=options.seed)
                 schedule = engine(instance, h_opts).schedule
             else:
-                schedule = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
-                schedule, companion = _companions(instance, options, t0, schedule, lower)
+                schedule, span = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
+                schedule, companion = _companions(instance, options, t0, schedule, span, lower)
                 if companion is not None and facts is not None:
                     facts[f"companion_{companion}"] = 1.0
         except CCPlanError as exc:
