@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, Collective
 from ccplan.instances.instance import Instance
-from ccplan.model.size import StartState, estimate_size, start_state
+from ccplan.model.size import StartState, estimate_size, link_slots_taken, start_state
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -222,20 +222,9 @@ def restrict(instance: Instance, schedule: Schedule, chunks: tuple[Chunk, ...]) 
     if unknown:
         raise ValidationError(f"neighbourhood: chunk {list(unknown[0])} is not in the collective")
     topo = instance.topology
-    occ = instance.occupancy
-    index = topo.link_index
     fixed = tuple(s for s in schedule.sends if s.chunk not in free_set)
     free = tuple(s for s in schedule.sends if s.chunk in free_set)
-    load: dict[tuple[int, int], int] = defaultdict(int)
-    busy_send: set[tuple[int, int]] = set()
-    busy_recv: set[tuple[int, int]] = set()
-    for s in fixed:
-        e = index[(s.src, s.dst)]
-        for q in range(s.slot, s.slot + int(occ[e])):
-            load[(e, q)] += 1
-            if instance.single_port:
-                busy_send.add((s.src, q))
-                busy_recv.add((s.dst, q))
+    load, busy_send, busy_recv = link_slots_taken(instance, fixed)
     outages = set(instance.outages)
     residual: dict[tuple[int, int], int] = {}
     for (e, q), used in load.items():

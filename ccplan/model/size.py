@@ -22,7 +22,7 @@ from ccplan.instances.paths import latency_distances
 
 if TYPE_CHECKING:
     from ccplan.instances.collectives import Collective
-    from ccplan.schedule.core import Schedule
+    from ccplan.schedule.core import Schedule, Send
 
 INF = 1 << 60
 """Distance of an unreachable node (larger than any horizon)."""
@@ -326,6 +326,27 @@ class StartState:
         return tuple(d for d in coll.demands if d not in self.ready)
 
 
+def link_slots_taken(
+    instance: Instance, sends: Iterable[Send], first_slot: int = 0
+) -> tuple[dict[tuple[int, int], int], frozenset[tuple[int, int]], frozenset[tuple[int, int]]]:
+    """What ``sends`` occupy from ``first_slot`` on: units per (link index, slot) over each
+    send's ``occupancy`` slots (the load equation (7) counts) and, under ``single_port``, the
+    (node, slot) pairs whose send and receive ports they hold."""
+    index = instance.topology.link_index
+    occ = instance.occupancy
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    busy_send: set[tuple[int, int]] = set()
+    busy_recv: set[tuple[int, int]] = set()
+    for send in sends:
+        e = index[(send.src, send.dst)]
+        for q in range(max(send.slot, first_slot), send.slot + int(occ[e])):
+            used[(e, q)] += 1
+            if instance.single_port:
+                busy_send.add((send.src, q))
+                busy_recv.add((send.dst, q))
+    return dict(used), frozenset(busy_send), frozenset(busy_recv)
+
+
 def start_state(instance: Instance, schedule: Schedule, slot: int) -> StartState:
     """The state of ``schedule`` (valid for ``instance``) at the start of ``slot``.
 
@@ -344,30 +365,20 @@ def start_state(instance: Instance, schedule: Schedule, slot: int) -> StartState
     coll = instance.collective
     index = instance.topology.link_index
     lat = instance.latency
-    occ = instance.occupancy
     ready: dict[tuple[Chunk, int], int] = {}
     for chunk, nodes in coll.holders.items():
         for v in nodes:
             ready[(chunk, v)] = slot
-    used: dict[tuple[int, int], int] = defaultdict(int)
-    busy_send: set[tuple[int, int]] = set()
-    busy_recv: set[tuple[int, int]] = set()
     wanted = set(coll.demands)
     floor = 0
-    for send in schedule.sends:
-        if send.slot >= slot:
-            continue
-        e = index[(send.src, send.dst)]
-        arrive = send.slot + int(lat[e])
+    before = [send for send in schedule.sends if send.slot < slot]
+    for send in before:
+        arrive = send.slot + int(lat[index[(send.src, send.dst)]])
         key = (send.chunk, send.dst)
         at = max(arrive, slot)
         ready[key] = min(ready.get(key, at), at)
         if key in wanted:
             floor = max(floor, arrive)
-        for q in range(slot, send.slot + int(occ[e])):
-            used[(e, q)] += 1
-            if instance.single_port:
-                busy_send.add((send.src, q))
-                busy_recv.add((send.dst, q))
-    return StartState(slot=slot, ready=ready, used=dict(used), busy_send=frozenset(busy_send),
-                      busy_recv=frozenset(busy_recv), floor=floor)
+    used, busy_send, busy_recv = link_slots_taken(instance, before, slot)
+    return StartState(slot=slot, ready=ready, used=used, busy_send=busy_send, busy_recv=busy_recv,
+                      floor=floor)
