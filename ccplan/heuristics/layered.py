@@ -253,12 +253,9 @@ def layered_schedule(
     state.head_pos = head_pos
     state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
     lacking_of = state.lacking
+    state.score_list = [0] * n_chunks
     for ci in range(n_chunks):
         state.rescore(ci)
-    chunk_score = state.chunk_score
-    score_list = state.score_list = chunk_score.tolist()
-    rank_term = [99 - min(r, 99) for r in rank]
-    max_holders = state.max_holders
     # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
     # plain loops over the sets: a node has a handful of links and numpy's per-call cost
     # would dominate -- except at hubs (a switch with hundreds of links), taken with numpy
@@ -321,12 +318,7 @@ def layered_schedule(
         if unsat[ci] & b:
             unsat[ci] ^= b
             left -= 1
-        # the chunk part of _State.weight (rarity, unsatisfied count, rank), as _State.rescore
-        score_list[ci] = chunk_score[ci] = (
-            min(max(max_holders - holders_count[ci], 0), 999) * 10**4
-            + min(unsat[ci].bit_count(), 99) * 100
-            + rank_term[ci]
-        )
+        state.rescore(ci)
 
     while left > 0:
         deadline.check()
@@ -421,10 +413,6 @@ class _State:
         self.now = t
         self.cache.clear()
 
-    def forget(self, ci: int) -> None:
-        """A copy of ``ci`` was just committed: its estimates change."""
-        self.cache.pop(ci, None)
-
     def _eta(self, cis: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per chunk of ``cis`` and target: the earliest slot some copy could get there (best,
         which node gives it, second best), computed on demand and cached for the layer."""
@@ -458,35 +446,17 @@ class _State:
         keep = wins.any(axis=1)
         return [ci for ci, k in zip(cis, keep.tolist(), strict=True) if k]
 
-    def weight(self, ci: int, j: int, v: int, topo: Topology) -> int:
-        """Priority of sending chunk ``ci`` over link ``j`` to ``v`` (larger first; < _BIG).
-
-        Order of importance: ``v`` wants the chunk; no other in-link of ``v`` as fast as ``j``
-        offers it now (exclusivity: do not spend a link on what ``v`` gets as well elsewhere);
-        rarity (fewer holders, copies in flight included); more unsatisfied targets; the
-        seeded rank.
-        """
-        wanted = 1 if self.unsat[ci] & self.bit[v] else 0
-        others = 0
-        for k in topo.in_links[v]:
-            if k != j and self.lat[k] <= self.lat[j] and ci in self.held[topo.links[k].src]:
-                others += 1
-        exclusive = max(0, 9 - others)
-        rarity = max(self.max_holders - self.holders_count[ci], 0)
-        return (
-            wanted * 10**8
-            + exclusive * 10**7
-            + min(rarity, 999) * 10**4
-            + min(self.unsat[ci].bit_count(), 99) * 100
-            + (99 - min(self.rank[ci], 99))
-        )
-
     def weights(self, cols: np.ndarray, links: list[int], v: int, topo: Topology) -> np.ndarray:
-        """:meth:`weight` of every chunk of ``cols`` on every link of ``links`` (all into ``v``).
+        """Priority of sending each chunk of ``cols`` over each link of ``links`` (all into
+        ``v``; larger first; < _BIG).
 
-        Returns an int64 array ``(len(links), len(cols))``, equal entry by entry to
-        :meth:`weight`, computed with one membership row per in-link of ``v`` instead of one
-        scan of the in-links per (link, chunk) pair; the chunk terms are computed once.
+        Order of importance: ``v`` wants the chunk (10^8); no other in-link of ``v`` as fast as
+        the link offers it now (exclusivity, ``max(0, 9 - others)`` x 10^7: do not spend a link
+        on what ``v`` gets as well elsewhere); then the chunk part (:meth:`rescore`): rarity
+        (fewer holders, copies in flight included), more unsatisfied targets, the seeded rank.
+
+        Returns an int64 array ``(len(links), len(cols))``, computed with one membership row
+        per in-link of ``v``; the chunk terms are computed once.
         """
         srcs, rival, row_of = self._in_facts(v, topo)
         c = np.asarray(cols, dtype=np.intp)
@@ -510,8 +480,9 @@ class _State:
         return got
 
     def rescore(self, ci: int) -> None:
-        """Refresh the chunk part of :meth:`weight` (rarity, unsatisfied count, rank) of ``ci``."""
-        self.chunk_score[ci] = (
+        """Refresh the chunk part of :meth:`weights` (rarity, unsatisfied count, rank) of
+        ``ci``, in the array and in its list copy."""
+        self.score_list[ci] = self.chunk_score[ci] = (
             min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
             + min(self.unsat[ci].bit_count(), 99) * 100
             + (99 - min(self.rank[ci], 99))
@@ -600,7 +571,7 @@ class _FastPath:
     Within a layer, what a receiver ``v`` is offered depends on the holdings of its in-links'
     tails (fixed: arrivals are applied before the layer), on what ``v`` has (changed only by
     ``v``'s own commits, which come after its matching), on the free units of its in-links
-    (reserved only by ``v``) and on the "exclusive" term of :meth:`_State.weight` (holdings
+    (reserved only by ``v``) and on the "exclusive" term of :meth:`_State.weights` (holdings
     again). So the candidate pairs (link, chunk), their "wanted" and "exclusive" terms are
     computed for every receiver at once; only the chunk part of the weight (rarity and
     unsatisfied count, which other receivers' commits change) is read at the receiver's turn.
