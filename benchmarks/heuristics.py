@@ -3,8 +3,9 @@
 Prints, per instance and size (AllGather, C = 1): the cut lower bound
 (:func:`ccplan.bounds.compute_bounds`), the makespan in slots and the seconds of each engine
 (median over ``--repeat`` runs), the winning portfolio variant, the gap of ``heuristic``
-to the bound, optionally the exact optimum (``--milp``), and the peak traced memory of
-one mteg run (tracemalloc, measured in a separate untimed run).
+to the bound ((makespan - bound) / makespan, as the CLI reports it), optionally the exact
+optimum (``--milp``), and the peak traced memory of one mteg run (tracemalloc, measured in a
+separate untimed run).
 
 Usage::
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                 return best.schedule
 
             h_span, h_sec = _timed(heur, inst, args.repeat)
-            gap = 100.0 * (h_span - bound) / bound if bound else 0.0
+            gap = 100.0 * (h_span - bound) / h_span if h_span else 0.0
             mem = "" if args.no_memory else f"{_peak_mb(partial(_mteg, inst)):.1f}"
             opt = _milp(inst, args.milp) if args.milp else ""
             print(f"{name:8} {size:5} {bound:5d} {m_span:5d} {m_sec:7.3f} {l_span:5d} {l_sec:6.2f} "
