@@ -6,7 +6,8 @@ every run at this scale pays besides its engine: ``make_instance`` (its reachabi
 ``Schedule.from_columns``, ``verify``, ``lower_bound_slots`` (in full, and cheap-first with
 ``stop_at``), and optionally ``.sends`` (building the ``Send`` objects) and a columnar save /
 load round trip. Each step's wall seconds, CPU seconds and the process's resident memory
-after it are printed in a table, with the load average (2 cores, shared machine).
+after it (``RSS MB``) and its high-water mark so far (``peak MB``) are printed in a table, with
+the load average (2 cores, shared machine).
 
 Usage::
 
@@ -118,12 +119,13 @@ def main(argv: list[str] | None = None) -> None:
     from ccplan.bounds import lower_bound_slots
     from ccplan.schedule.verify import verify
 
-    rows: list[tuple[str, float, float, float, Any]] = []
+    rows: list[tuple[str, float, float, float, float, Any]] = []
 
     def step(name: str, fn: Callable[[], Any]) -> Any:
         t0, c0 = time.perf_counter(), time.process_time()
         value = fn()
-        rows.append((name, time.perf_counter() - t0, time.process_time() - c0, _rss_mb(), value))
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rows.append((name, time.perf_counter() - t0, time.process_time() - c0, _rss_mb(), peak, value))
         print(f"  {name}: {rows[-1][1]:.1f} s", file=sys.stderr, flush=True)
         return value
 
@@ -155,12 +157,12 @@ def main(argv: list[str] | None = None) -> None:
 
     print(f"torus {args.rows}x{args.cols} AllGather {args.size}: {len(sched):,} sends, makespan "
           f"{report.makespan_slots} slots")
-    print(f"{'step':28} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8}  value")
-    for name, wall, cpu, rss, value in rows:
+    print(f"{'step':28} {'wall s':>8} {'CPU s':>8} {'RSS MB':>8} {'peak MB':>8}  value")
+    for name, wall, cpu, rss, peak_so_far, value in rows:
         shown = "" if isinstance(value, (dict, Schedule, Instance)) else value
         if name == "verify":
             shown = f"ok={value.ok}"
-        print(f"{name:28} {wall:8.1f} {cpu:8.1f} {rss:8.0f}  {shown}")
+        print(f"{name:28} {wall:8.1f} {cpu:8.1f} {rss:8.0f} {peak_so_far:8.0f}  {shown}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident: {peak:.0f} MB; load average after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
