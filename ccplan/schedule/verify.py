@@ -165,12 +165,14 @@ def occupancy_overloads(
     out: list[tuple[str, int, int, np.ndarray]] = []
     if not len(links):
         return out
-    occ = np.asarray(instance.occupancy, dtype=np.int64)[links]
-    if bool(np.all(occ == 1)):
+    per_link_occ = np.asarray(instance.occupancy, dtype=np.int64)
+    links = np.asarray(links, dtype=np.int64)
+    row: np.ndarray | None = None  # the send of each occupied slot (None: row i is send i)
+    if bool(np.all(per_link_occ == 1)):
         # the common case: one occupied slot per send, no expansion
-        row = np.arange(len(links))
         slot = np.asarray(slots, dtype=np.int64)
     else:
+        occ = per_link_occ[links]
         # one row per (send, slot of its occupancy window)
         row = np.repeat(np.arange(len(links)), occ)
         first = np.repeat(np.cumsum(occ) - occ, occ)
@@ -183,8 +185,14 @@ def occupancy_overloads(
         cap = per_link[keys // span]
         return np.where(np.isin(keys, down), 0, cap) if len(down) else cap
 
-    for link, t, rows in _overloaded(links[row], slot, capacity, with_sends):
-        out.append(("capacity", link, t, row[rows]))
+    def per_slot(column: np.ndarray) -> np.ndarray:
+        return column if row is None else column[row]
+
+    def sends_of(rows: np.ndarray) -> np.ndarray:
+        return rows if row is None else row[rows]
+
+    for link, t, rows in _overloaded(per_slot(links), slot, capacity, with_sends):
+        out.append(("capacity", link, t, sends_of(rows)))
     if not instance.single_port:
         return out
 
@@ -192,8 +200,8 @@ def occupancy_overloads(
         return np.ones(len(keys), dtype=np.int64)
 
     for kind, end in (("single-port-send", srcs), ("single-port-receive", dsts)):
-        for node, t, rows in _overloaded(np.asarray(end, dtype=np.int64)[row], slot, one, with_sends):
-            out.append((kind, node, t, row[rows]))
+        for node, t, rows in _overloaded(per_slot(np.asarray(end, dtype=np.int64)), slot, one, with_sends):
+            out.append((kind, node, t, sends_of(rows)))
     return out
 
 
@@ -595,36 +603,40 @@ def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
     pos, found = _find(known, cols["chunk_source"] * width + cols["chunk_index"])
     if not found.all():
         return None
-    chunk = pos
+    # positions and link numbers as int32: at 16.8 million sends each such column is 67 MB
+    chunk = pos.astype(np.int32)
     del pos, found
 
     # link of each send
-    src = _node_positions(instance, cols["src"])
-    dst = _node_positions(instance, cols["dst"])
+    src = _node_positions(instance, cols["src"]).astype(np.int32)
+    dst = _node_positions(instance, cols["dst"]).astype(np.int32)
     if num and (int(src.min()) < 0 or int(dst.min()) < 0):
         return None
     link_keys = np.array([topo.node_index[lk.src] * n + topo.node_index[lk.dst] for lk in topo.links],
                          dtype=np.int64)
     link_order = np.argsort(link_keys)
-    pos, found = _find(link_keys[link_order], src * n + dst)
+    pos, found = _find(link_keys[link_order], src.astype(np.int64) * n + dst)
     if not found.all():
         return None
-    link = link_order[pos]
+    link = link_order[pos].astype(np.int32)
     del pos, found
 
     # one holding per (chunk, node): the precondition's and the receipts' keys, sorted
     pre = _pair_keys(instance, coll.pre, chunk_pos)
-    keys = np.concatenate([pre, chunk * n + dst])
+    keys = np.concatenate([pre, chunk.astype(np.int64) * n + dst])
+    del dst
     order = np.argsort(keys)
     keys = keys[order]
     if len(keys) > 1 and bool(np.any(keys[1:] == keys[:-1])):
         return None
     slot = cols["slot"]
-    held_from = np.concatenate([np.zeros(len(pre), dtype=np.int64), slot + latency[link]])[order]
-    del order
+    arrive = np.concatenate([np.zeros(len(pre), dtype=np.int64), slot + latency[link]])
+    held_from = arrive[order]
+    del order, arrive
 
     # causality: the sender holds the chunk at the start of the send's slot
-    pos, found = _find(keys, chunk * n + src)
+    pos, found = _find(keys, chunk.astype(np.int64) * n + src)
+    del chunk, src
     if not found.all() or bool(np.any(held_from[pos] > slot)):
         return None
     del pos, found
