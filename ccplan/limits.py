@@ -291,11 +291,12 @@ def estimate_schedule(instance: Instance, schedule: Schedule, what: str = "verif
     occupancy, _delay = slots_per_hop(instance)
     # from the columns, so a schedule kept as columns makes no Send objects here
     cols = schedule.columns()
-    ends = [int(cols[name].max()) for name in ("src", "dst") if len(cols[name])]
-    width = max([*topo.node_ids, *ends]) + 1
+    width = max(topo.node_ids) + 1
     keys = np.array([lk.src * width + lk.dst for lk in topo.links], dtype=np.int64)
     order = np.argsort(keys)
-    wanted = cols["src"] * width + cols["dst"]
+    # a send between ids the topology does not have is on no link (key -1)
+    on_nodes = (cols["src"] < width) & (cols["dst"] < width)
+    wanted = np.where(on_nodes, cols["src"] * width + cols["dst"], -1)
     pos = np.minimum(np.searchsorted(keys[order], wanted), max(len(keys) - 1, 0))
     known = keys[order][pos] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
     occ = np.asarray(occupancy, dtype=float)[order][pos] if len(keys) else np.ones(len(wanted))

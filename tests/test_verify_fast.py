@@ -172,3 +172,13 @@ def test_column_verifier_leaves_cut_through_and_combining_to_the_replay(switch_m
     comb = make_instance(bt.ring(4), make_collective("reducescatter", bt.ring(4)), "1GB")
     rs = get_engine("ring")(comb, SolveOptions()).schedule
     assert rs is not None and verify_columns(comb, rs) is None and verify(comb, rs).ok
+
+
+def test_node_ids_far_beyond_the_topology_are_unknown_links() -> None:
+    """A send naming a huge node id is a missing link, not a table as long as that id."""
+    topo = bt.torus2d(3, 3)
+    inst = make_instance(topo, make_collective("allgather", topo), "1GB")
+    sched = Schedule((Send(0, (0, 0), 0, 10**12), Send(0, (0, 0), 10**13, 1)))
+    assert verify_columns(inst, sched) is None
+    report = verify(inst, sched)
+    assert [v.kind for v in report.violations[:2]] == ["no-link", "no-link"]

@@ -523,10 +523,11 @@ def _node_positions(instance: Instance, ids: np.ndarray) -> np.ndarray:
     """Node index of each node id (-1 for an id the topology does not have)."""
     topo = instance.topology
     known = np.asarray(topo.node_ids, dtype=np.int64)
-    top = max(int(known.max()), int(ids.max()) if len(ids) else 0) + 1
-    lookup = np.full(top, -1, dtype=np.int64)
+    lookup = np.full(int(known.max()) + 1, -1, dtype=np.int64)
     lookup[known] = np.arange(len(known))
-    return lookup[ids]
+    # an id beyond the largest node id is unknown (no table as long as the largest id sent)
+    inside = ids < len(lookup)
+    return np.where(inside, lookup[np.where(inside, ids, 0)], -1)
 
 
 def _find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
