@@ -169,3 +169,16 @@ def test_needs_match_the_collectives_demands() -> None:
             expected.setdefault(index[v], []).append(cidx[chunk])
         assert list(prob.needs) == list(expected)
         assert all(prob.needs[v].tolist() == cs for v, cs in expected.items())
+
+
+def test_huge_values_in_columns_build_sends_without_a_table() -> None:
+    """Send objects of a column schedule naming node 10**12 (e.g. a bad file) are built
+    without a lookup table as long as that value."""
+    lazy = Schedule.from_columns(
+        slot=np.array([0, 1]), chunk_source=np.array([0, 0]), chunk_index=np.array([0, 0]),
+        src=np.array([0, 10**13]), dst=np.array([10**12, 1]),
+    )
+    assert lazy.sends == (Send(0, (0, 0), 0, 10**12), Send(1, (0, 0), 10**13, 1))
+    topo = bt.torus2d(3, 3)
+    inst = make_instance(topo, make_collective("allgather", topo), "1GB")
+    assert [v.kind for v in verify(inst, lazy).violations[:2]] == ["no-link", "no-link"]

@@ -95,14 +95,19 @@ class Send:
 def _sends_of(columns: Mapping[str, np.ndarray]) -> tuple[Send, ...]:
     """The Send objects of sorted, checked columns (see :meth:`Schedule.from_columns`).
 
-    One int object per distinct value (an object-array lookup hands out shared references),
+    One int object per distinct value (an object-array lookup hands out shared references;
+    a column with values far beyond the row count lists fresh ints instead),
     one tuple per chunk, and the columns listed a block at a time: memory is the Send
     objects, not five lists of millions of fresh ints. The frozen dataclass's own
     ``__init__`` would check each value again, so the objects are filled directly.
     """
     n = len(columns["slot"])
     top = {name: int(columns[name].max()) + 1 if n else 0 for name in COLUMN_NAMES}
-    shared = {name: np.array(range(top[name]), dtype=object) for name in COLUMN_NAMES}
+    # a shared table only for columns whose values are not far beyond the row count (a file
+    # naming node 10**12 must not make a table of 10**12 ints); the others list fresh ints
+    shared = {
+        name: np.array(range(top[name]), dtype=object) for name in COLUMN_NAMES if top[name] <= 2 * n + 1024
+    }
     flags = np.array([False, True], dtype=object)
     chunk_of: dict[tuple[int, int], tuple[int, int]] = {}
     new = object.__new__
@@ -110,7 +115,10 @@ def _sends_of(columns: Mapping[str, np.ndarray]) -> tuple[Send, ...]:
     sends = []
     for lo in range(0, n, _BLOCK):
         block = slice(lo, lo + _BLOCK)
-        lists = [shared[name][columns[name][block]].tolist() for name in COLUMN_NAMES]
+        lists = [
+            shared[name][columns[name][block]].tolist() if name in shared else columns[name][block].tolist()
+            for name in COLUMN_NAMES
+        ]
         reds = flags[columns["reduce"][block].astype(np.intp)].tolist()
         for t, a, b, u, v, r in zip(*lists, reds, strict=True):
             chunk = chunk_of.get((a, b))
