@@ -174,6 +174,9 @@ def _check_columns(cols: Mapping[str, Any], where: str) -> dict[str, np.ndarray]
         if n and int(col.min()) < 0:
             i = int(np.argmin(col))
             raise ValidationError(f"{where} column {name!r}[{i}] must be >= 0, got {int(col[i])}")
+        if n and int(col.max()) > np.iinfo(np.int64).max:
+            i = int(np.argmax(col))
+            raise ValidationError(f"{where} column {name!r}[{i}] is too large, got {int(col[i])}")
     return {name: col.astype(np.int64, copy=False) for name, col in arrays.items()}
 
 
