@@ -12,7 +12,7 @@ the load average (2 cores, shared machine).
 Usage::
 
     python benchmarks/scale_arrays.py --rows 64 --cols 64
-    python benchmarks/scale_arrays.py --rows 32 --cols 32 --sends --npz /tmp/x.npz
+    python benchmarks/scale_arrays.py --rows 32 --cols 32 --sends --npz run.npz
     prlimit --as=8500000000 -- python benchmarks/scale_arrays.py --rows 64 --cols 64
 
 ``--stop-at`` gives the makespan the cheap-first bound may stop at (default: the lower bound
