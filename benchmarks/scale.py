@@ -8,7 +8,10 @@ microseconds with one networkx max-flow per destination, which dominates its tim
 scale and is not needed for a gap in slots), the gap to it (``(makespan - bound) /
 makespan``, as ``Result.gap`` and the CLI report it), the engine's seconds (wall clock,
 and ``cpu_s``, the CPU seconds of the process: on the shared machine the wall clock grows with
-the other jobs' load, the CPU time much less), the verifier's and the bound's seconds, and the
+the other jobs' load, the CPU time much less), the verifier's and the bound's seconds (the
+bound as :func:`ccplan.methods.solve` computes it, ``stop_at`` the verified makespan, so it
+skips its costly parts once it reaches the makespan; ``--full-bound`` computes all of them),
+``make_instance``'s seconds (``inst_s``), and the
 peak resident memory of the process that ran it (each row runs in a fresh child process, so
 ``peak MB`` is that row's own high-water mark: Python, the instance, the engine, the schedule
 and the verifier together).
@@ -18,6 +21,7 @@ Usage::
     python benchmarks/scale.py                                   # torus 16x16, 24x24; ndv2 32
     python benchmarks/scale.py --instances torus32 ndv2-128 --methods layered
     python benchmarks/scale.py --instances torus32 --methods layered --no-bound
+    python benchmarks/scale.py --instances torus32 --methods layered --full-bound
     python benchmarks/scale.py --instances dgx2-4 amd-4 --methods mteg layered cut-aware
     python benchmarks/scale.py --instances torus32 --methods layered --progress   # notes every 10 s
     python benchmarks/scale.py --list
@@ -102,13 +106,15 @@ ENGINES: dict[str, Callable[[Instance], Schedule]] = {
 }
 
 
-def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
+def _one(name: str, method: str, size: str, bound: bool, full_bound: bool = False) -> dict[str, object]:
     """Run one row in this process and return its fields (the parent prints them)."""
     from ccplan.instances import make_collective, make_instance
     from ccplan.schedule.verify import verify
 
     topo = INSTANCES[name]()
+    t0 = time.perf_counter()
     inst = make_instance(topo, make_collective("allgather", topo), size)
+    instance_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     c0 = time.process_time()
     schedule = ENGINES[method](inst)
@@ -125,10 +131,12 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
         from ccplan.bounds import lower_bound_slots
 
         t0 = time.perf_counter()
-        lb = lower_bound_slots(inst)
+        # as ccplan.methods.solve does: the verified makespan lets the bound stop early
+        lb = lower_bound_slots(inst, stop_at=None if full_bound else report.makespan_slots)
         bound_s = time.perf_counter() - t0
     return {
         "gpus": len(topo.gpus),
+        "instance_s": instance_s,
         "makespan": report.makespan_slots,
         "bound": lb,
         "seconds": seconds,
@@ -141,7 +149,7 @@ def _one(name: str, method: str, size: str, bound: bool) -> dict[str, object]:
 
 
 CSV_FIELDS = ("instance", "method", "size", "gpus", "makespan", "bound", "seconds", "cpu_s", "verify_s",
-              "bound_s", "sends", "peak_mb", "load")
+              "bound_s", "sends", "peak_mb", "load", "instance_s")
 
 
 def _append_csv(path: Path, row: dict[str, object]) -> None:
@@ -162,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", nargs="+", default=["layered", "mteg"], choices=list(ENGINES))
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--no-bound", action="store_true", help="skip the lower bound (slow at scale)")
+    ap.add_argument(
+        "--full-bound",
+        action="store_true",
+        help="compute every part of the bound (default: stop once it reaches the makespan, as solve does)",
+    )
     ap.add_argument("--list", action="store_true", help="print the instance names and exit")
     ap.add_argument("--progress", action="store_true", help="show the engines' progress notes (stderr)")
     ap.add_argument("--csv", help="also append the rows to this CSV file (input of scripts/fig_scale.py)")
@@ -175,12 +188,12 @@ def main(argv: list[str] | None = None) -> None:
             import logging
 
             logging.basicConfig(level=logging.INFO, format="  %(message)s")
-        print(json.dumps(_one(args.one[0], args.one[1], args.size, not args.no_bound)))
+        print(json.dumps(_one(args.one[0], args.one[1], args.size, not args.no_bound, args.full_bound)))
         return
 
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared machine)")
     head = (f"{'instance':18} {'method':8} {'GPUs':>5} {'makespan':>8} {'bound':>6} {'gap%':>6} "
-            f"{'seconds':>8} {'cpu_s':>8} {'verify_s':>8} {'bound_s':>8} {'peak_MB':>8}")
+            f"{'seconds':>8} {'cpu_s':>8} {'verify_s':>8} {'bound_s':>8} {'inst_s':>7} {'peak_MB':>8}")
     print(head)
     print("-" * len(head))
     for name in args.instances:
@@ -188,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
             cmd = [sys.executable, __file__, "--one", name, method, "--size", args.size]
             if args.no_bound:
                 cmd.append("--no-bound")
+            if args.full_bound:
+                cmd.append("--full-bound")
             if args.progress:
                 cmd.append("--progress")
             err = None if args.progress else subprocess.PIPE
@@ -205,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             bound_s = "-" if row["bound_s"] is None else f"{row['bound_s']:.1f}"
             print(f"{name:18} {method:8} {row['gpus']:5d} {row['makespan']:8d} {lb if lb else '-':>6} "
                   f"{gap:>6} {row['seconds']:8.1f} {row.get('cpu_s', float('nan')):8.1f} "
-                  f"{row['verify_s']:8.1f} {bound_s:>8} "
+                  f"{row['verify_s']:8.1f} {bound_s:>8} {row.get('instance_s', float('nan')):7.1f} "
                   f"{row['peak_mb']:8.0f}", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

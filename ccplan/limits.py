@@ -287,19 +287,27 @@ def estimate_schedule(instance: Instance, schedule: Schedule, what: str = "verif
     The verifier records every slot a send occupies its link (``l`` slots per send), so the
     sum of ``l`` over the sends is exact here, not estimated.
     """
-    index = instance.topology.link_index
+    topo = instance.topology
     occupancy, _delay = slots_per_hop(instance)
-    link_slots = 0.0
-    for send in schedule.sends:
-        j = index.get((send.src, send.dst))
-        link_slots += 1.0 if j is None else float(occupancy[j])
+    # from the columns, so a schedule kept as columns makes no Send objects here
+    cols = schedule.columns()
+    width = max(topo.node_ids) + 1
+    keys = np.array([lk.src * width + lk.dst for lk in topo.links], dtype=np.int64)
+    order = np.argsort(keys)
+    # a send between ids the topology does not have is on no link (key -1)
+    on_nodes = (cols["src"] < width) & (cols["dst"] < width)
+    wanted = np.where(on_nodes, cols["src"] * width + cols["dst"], -1)
+    pos = np.minimum(np.searchsorted(keys[order], wanted), max(len(keys) - 1, 0))
+    known = keys[order][pos] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
+    occ = np.asarray(occupancy, dtype=float)[order][pos] if len(keys) else np.ones(len(wanted))
+    link_slots = float(np.where(known, occ, 1.0).sum())
     if instance.single_port:
         link_slots *= 3
     last = schedule.last_slot + 1
-    total = len(schedule.sends) * BYTES_PER_SEND + link_slots * BYTES_PER_LINK_SLOT
+    total = len(schedule) * BYTES_PER_SEND + link_slots * BYTES_PER_LINK_SLOT
     total += last * BYTES_PER_HORIZON_SLOT
     driver = (
-        f"{len(schedule.sends)} sends occupying {link_slots:.3g} link-slots "
+        f"{len(schedule)} sends occupying {link_slots:.3g} link-slots "
         f"(tau={instance.tau_us:.3g} us)"
     )
     if last * BYTES_PER_HORIZON_SLOT > link_slots * BYTES_PER_LINK_SLOT:

@@ -360,9 +360,6 @@ def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds:
     """Verify an engine's outcome and attach the lower bound (the second half of :func:`solve`)."""
     from ccplan.bounds import lower_bound_slots
 
-    bound = lower_bound_slots(instance)
-    if outcome.bound_slots is not None:
-        bound = max(bound, math.ceil(outcome.bound_slots - 1e-9))
     report = None
     makespan = None
     verified = False
@@ -376,6 +373,10 @@ def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds:
                 "method %s produced a schedule that fails verification: %s", method, report.violations[0]
             )
             status = "unknown"
+    # A verified makespan lets the bound stop once it is reached (same value, cheaper).
+    bound = lower_bound_slots(instance, stop_at=makespan if verified else None)
+    if outcome.bound_slots is not None:
+        bound = max(bound, math.ceil(outcome.bound_slots - 1e-9))
     details = dict(outcome.details)
     if status == "optimal" and makespan is not None:
         bound = max(bound, makespan)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ccplan.errors import ValidationError
 from ccplan.instances.instance import Instance
-from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.core import Schedule
 
 COLUMNAR_FORMAT = "ccplan-schedule-columnar/1"
 COLUMNS: tuple[str, ...] = ("slot", "chunk_source", "chunk_index", "src", "dst")
@@ -41,20 +41,11 @@ def is_columnar(path: str | Path) -> bool:
 
 
 def schedule_columns(schedule: Schedule) -> dict[str, np.ndarray]:
-    """The schedule's sends as numpy columns (see the module docstring)."""
-    sends = schedule.sends
-    out = {
-        name: np.fromiter(values, dtype=np.int64, count=len(sends))
-        for name, values in (
-            ("slot", (s.slot for s in sends)),
-            ("chunk_source", (s.chunk[0] for s in sends)),
-            ("chunk_index", (s.chunk[1] for s in sends)),
-            ("src", (s.src for s in sends)),
-            ("dst", (s.dst for s in sends)),
-        )
-    }
-    out["reduce"] = np.fromiter((s.reduce for s in sends), dtype=bool, count=len(sends))
-    return out
+    """The schedule's sends as numpy columns (see the module docstring).
+
+    A schedule built from columns hands over the ones it keeps (no Send objects are made).
+    """
+    return dict(schedule.columns())
 
 
 def save_columnar(path: str | Path, instance: Instance, schedule: Schedule) -> None:
@@ -154,12 +145,7 @@ def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
         raise ValidationError(
             f"{where}: reduce[{i}] is true but {instance.collective.kind} is not a combining collective"
         )
-    lists = {name: cols[name].tolist() for name in COLUMNS}
-    sends = tuple(
-        Send(slot=t, chunk=(a, b), src=u, dst=v, reduce=r)
-        for t, a, b, u, v, r in zip(
-            lists["slot"], lists["chunk_source"], lists["chunk_index"], lists["src"], lists["dst"],
-            red.tolist(), strict=True,
-        )
-    )
-    return instance, Schedule(sends, method=method)
+    # the rows are checked above; from_columns sorts them (a file need not be in order) and
+    # keeps them as columns, so no Send object is made unless a reader asks for .sends
+    columns = {name: cols[name] for name in COLUMNS}
+    return instance, Schedule.from_columns(**columns, reduce=red, method=method)

@@ -92,9 +92,103 @@ class Send:
         return f"{op} {list(self.chunk)} on link {self.src}->{self.dst} at slot {self.slot}"
 
 
+def _sends_of(columns: Mapping[str, np.ndarray]) -> tuple[Send, ...]:
+    """The Send objects of sorted, checked columns (see :meth:`Schedule.from_columns`).
+
+    One int object per distinct value (an object-array lookup hands out shared references;
+    a column with values far beyond the row count lists fresh ints instead),
+    one tuple per chunk, and the columns listed a block at a time: memory is the Send
+    objects, not five lists of millions of fresh ints. The frozen dataclass's own
+    ``__init__`` would check each value again, so the objects are filled directly.
+    """
+    n = len(columns["slot"])
+    top = {name: int(columns[name].max()) + 1 if n else 0 for name in COLUMN_NAMES}
+    # a shared table only for columns whose values are not far beyond the row count (a file
+    # naming node 10**12 must not make a table of 10**12 ints); the others list fresh ints
+    shared = {
+        name: np.array(range(top[name]), dtype=object) for name in COLUMN_NAMES if top[name] <= 2 * n + 1024
+    }
+    flags = np.array([False, True], dtype=object)
+    chunk_of: dict[tuple[int, int], tuple[int, int]] = {}
+    new = object.__new__
+    put = object.__setattr__
+    sends = []
+    for lo in range(0, n, _BLOCK):
+        block = slice(lo, lo + _BLOCK)
+        lists = [
+            shared[name][columns[name][block]].tolist() if name in shared else columns[name][block].tolist()
+            for name in COLUMN_NAMES
+        ]
+        reds = flags[columns["reduce"][block].astype(np.intp)].tolist()
+        for t, a, b, u, v, r in zip(*lists, reds, strict=True):
+            chunk = chunk_of.get((a, b))
+            if chunk is None:
+                chunk = chunk_of[(a, b)] = (a, b)
+            send = new(Send)
+            put(send, "slot", t)
+            put(send, "chunk", chunk)
+            put(send, "src", u)
+            put(send, "dst", v)
+            put(send, "reduce", r)
+            sends.append(send)
+    return tuple(sends)
+
+
+COLUMN_NAMES: tuple[str, ...] = ("slot", "chunk_source", "chunk_index", "src", "dst")
+"""The integer columns of a schedule, in the order of :class:`Send` (its ``reduce`` comes last)."""
+
+
+def _sorted_order(cols: Mapping[str, np.ndarray], reduce: np.ndarray) -> np.ndarray | None:
+    """Row order that sorts the columns like :class:`Send` objects (slot, chunk, src, dst,
+    reduce), or None when they already are.
+
+    One ``argsort`` of a packed key when the values fit 63 bits (a 64x64 torus AllGather
+    needs 48), else one ``lexsort``; identical rows compare equal either way, so which of
+    them comes first does not matter.
+    """
+    n = len(reduce)
+    if n < 2:
+        return None
+    keys = [cols[name] for name in COLUMN_NAMES]
+    widths = [int(col.max()).bit_length() for col in keys] + [1]
+    if sum(widths) <= 63:
+        packed = np.zeros(n, dtype=np.int64)
+        for col, width in zip([*keys, reduce], widths, strict=True):
+            packed <<= width
+            packed |= col.astype(np.int64, copy=False)
+        if bool(np.all(packed[1:] >= packed[:-1])):
+            return None
+        return np.argsort(packed)
+    return np.lexsort((reduce, *reversed(keys)))
+
+
+def _check_columns(cols: Mapping[str, Any], where: str) -> dict[str, np.ndarray]:
+    """The columns as one-dimensional int64 arrays of equal length, values >= 0."""
+    arrays = {name: np.asarray(col) for name, col in cols.items()}
+    n = len(arrays["slot"])
+    for name, col in arrays.items():
+        if col.ndim != 1 or len(col) != n:
+            raise ValidationError(f"{where} column {name!r} must be one-dimensional with {n} entries")
+        if n and not np.issubdtype(col.dtype, np.integer):
+            raise ValidationError(f"{where} column {name!r} must hold integers, got {col.dtype}")
+        if n and int(col.min()) < 0:
+            i = int(np.argmin(col))
+            raise ValidationError(f"{where} column {name!r}[{i}] must be >= 0, got {int(col[i])}")
+        if n and int(col.max()) > np.iinfo(np.int64).max:
+            i = int(np.argmax(col))
+            raise ValidationError(f"{where} column {name!r}[{i}] is too large, got {int(col[i])}")
+    return {name: col.astype(np.int64, copy=False) for name, col in arrays.items()}
+
+
 @dataclass(frozen=True)
 class Schedule:
     """A frozen list of sends, kept sorted chronologically.
+
+    A schedule made by :meth:`from_columns` keeps its sends as numpy columns
+    (:meth:`columns`) and builds the :class:`Send` objects only when :attr:`sends` is first
+    read (then they are kept): at 16.8 million sends the objects take about 2 GB and 40 s,
+    the columns 0.7 GB and a sort of a few seconds. Length, :attr:`last_slot`, equality,
+    hashing, pickling, the verifier and the columnar file use the columns.
 
     Parameters
     ----------
@@ -114,6 +208,61 @@ class Schedule:
             if not isinstance(s, Send):
                 raise ValidationError(f"schedule.sends must hold Send objects, got {s!r}")
         object.__setattr__(self, "sends", tuple(sorted(sends)))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: ``sends`` of a schedule built from columns,
+        # made on first use. ``__dict__`` is read directly because unpickling may ask for
+        # attributes before the state (and its columns) is restored.
+        columns = self.__dict__.get("_columns")
+        if name != "sends" or columns is None:
+            raise AttributeError(name)
+        sends = _sends_of(columns)
+        object.__setattr__(self, "sends", sends)
+        return sends
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Schedule)
+        if self.method != other.method:
+            return False
+        if "sends" in self.__dict__ and "sends" in other.__dict__:
+            return self.sends == other.sends
+        mine, theirs = self.columns(), other.columns()
+        return all(np.array_equal(mine[name], theirs[name]) for name in mine)
+
+    def __hash__(self) -> int:
+        # consistent with __eq__ without building Send objects
+        return hash((len(self), self.method, self.last_slot))
+
+    def columns(self) -> Mapping[str, np.ndarray]:
+        """The sends as columns in chronological (:class:`Send`) order.
+
+        Returns
+        -------
+        Mapping of str to numpy.ndarray
+            ``slot``, ``chunk_source``, ``chunk_index``, ``src``, ``dst`` (int64) and
+            ``reduce`` (bool), one entry per send; read-only, computed once and kept.
+        """
+        columns = self.__dict__.get("_columns")
+        if columns is None:
+            sends = self.sends
+            n = len(sends)
+            columns = {
+                name: np.fromiter(values, dtype=np.int64, count=n)
+                for name, values in (
+                    ("slot", (s.slot for s in sends)),
+                    ("chunk_source", (s.chunk[0] for s in sends)),
+                    ("chunk_index", (s.chunk[1] for s in sends)),
+                    ("src", (s.src for s in sends)),
+                    ("dst", (s.dst for s in sends)),
+                )
+            }
+            columns["reduce"] = np.fromiter((s.reduce for s in sends), dtype=bool, count=n)
+            for col in columns.values():
+                col.flags.writeable = False
+            object.__setattr__(self, "_columns", columns)
+        return columns
 
     @classmethod
     def of(cls, sends: Iterable[Send | tuple[Chunk, int, int, int]], method: str = "") -> Schedule:
@@ -137,77 +286,66 @@ class Schedule:
         src: np.ndarray,
         dst: np.ndarray,
         method: str = "",
+        reduce: np.ndarray | None = None,
     ) -> Schedule:
-        """Bulk constructor for engines that keep their sends as numpy columns (no reduce).
+        """Bulk constructor for engines (and files) that keep their sends as numpy columns.
 
-        Equal to ``Schedule(tuple(Send(...) for each row), method=method)``, built for a
-        million sends: the columns are checked once, vectorised (one-dimensional, of equal
-        length, integers >= 0, the same rules as :class:`Send`), put in the order of
-        :class:`Send` (slot, chunk, src, dst) by one ``lexsort`` instead of comparing Send
-        objects, and the Sends are made without their per-object check; rows with the same
-        chunk share one chunk tuple.
+        Equal to ``Schedule(tuple(Send(...) for each row), method=method)``, built for
+        millions of sends: the columns are checked once, vectorised (one-dimensional, of
+        equal length, integers >= 0, the same rules as :class:`Send`), put in the order of
+        :class:`Send` (slot, chunk, src, dst, reduce) by one sort, and kept; the Send objects
+        are made only if :attr:`sends` is read.
+
+        Parameters
+        ----------
+        slot, chunk_source, chunk_index, src, dst : numpy.ndarray
+            One entry per send.
+        method : str
+        reduce : numpy.ndarray of bool, optional
+            Per send, whether it reduces (combining collectives); all False by default.
 
         Raises
         ------
         ValidationError
-            A column that is not one-dimensional integers, of another length, or negative.
+            A column that is not one-dimensional integers, of another length, or negative;
+            a ``reduce`` column that is not booleans.
         """
-        cols = {
-            "slot": slot,
-            "chunk_source": chunk_source,
-            "chunk_index": chunk_index,
-            "src": src,
-            "dst": dst,
-        }
-        arrays = {name: np.asarray(col) for name, col in cols.items()}
-        n = len(arrays["slot"])
-        for name, col in arrays.items():
-            if col.ndim != 1 or len(col) != n:
-                raise ValidationError(f"schedule column {name!r} must be one-dimensional with {n} entries")
-            if n and not np.issubdtype(col.dtype, np.integer):
-                raise ValidationError(f"schedule column {name!r} must hold integers, got {col.dtype}")
-            if n and int(col.min()) < 0:
-                i = int(np.argmin(col))
-                raise ValidationError(f"schedule column {name!r}[{i}] must be >= 0, got {int(col[i])}")
-        order = np.lexsort(
-            (arrays["dst"], arrays["src"], arrays["chunk_index"], arrays["chunk_source"], arrays["slot"])
+        cols = _check_columns(
+            {"slot": slot, "chunk_source": chunk_source, "chunk_index": chunk_index, "src": src, "dst": dst},
+            "schedule",
         )
-        # one int object per distinct value (an object-array lookup hands out shared
-        # references), one tuple per chunk, and the columns listed a block at a time: memory
-        # is the Send objects, not five lists of a million fresh ints
-        top = {name: int(col.max()) + 1 if n else 0 for name, col in arrays.items()}
-        shared = {name: np.array(range(top[name]), dtype=object) for name in arrays}
-        chunk_of: dict[tuple[int, int], tuple[int, int]] = {}
-        new = object.__new__
-        put = object.__setattr__
-        sends = []
-        for lo in range(0, n, _BLOCK):
-            rows = order[lo : lo + _BLOCK]
-            lists = [shared[name][arrays[name][rows]].tolist() for name in cols]
-            for t, a, b, u, v in zip(*lists, strict=True):
-                chunk = chunk_of.get((a, b))
-                if chunk is None:
-                    chunk = chunk_of[(a, b)] = (a, b)
-                # the frozen dataclass's own __init__ would check each value again
-                send = new(Send)
-                put(send, "slot", t)
-                put(send, "chunk", chunk)
-                put(send, "src", u)
-                put(send, "dst", v)
-                put(send, "reduce", False)
-                sends.append(send)
-        out = new(cls)
-        put(out, "sends", tuple(sends))  # already sorted: __post_init__'s sort is skipped
-        put(out, "method", method)
-        put(out, "info", {})
+        n = len(cols["slot"])
+        if reduce is None:
+            red = np.zeros(n, dtype=bool)
+        else:
+            red = np.asarray(reduce)
+            if red.ndim != 1 or len(red) != n:
+                raise ValidationError(f"schedule column 'reduce' must be one-dimensional with {n} entries")
+            if n and red.dtype != np.bool_:
+                raise ValidationError(f"schedule column 'reduce' must hold booleans, got {red.dtype}")
+            red = red.astype(bool, copy=False)
+        order = _sorted_order(cols, red)
+        cols["reduce"] = red
+        # never keep (or freeze) the caller's own arrays: a copy or a reordered copy
+        columns = {name: col.copy() if order is None else col[order] for name, col in cols.items()}
+        for col in columns.values():
+            col.flags.writeable = False
+        out = object.__new__(cls)
+        object.__setattr__(out, "method", method)
+        object.__setattr__(out, "info", {})
+        object.__setattr__(out, "_columns", columns)
         return out
 
     def __len__(self) -> int:
-        return len(self.sends)
+        columns = self.__dict__.get("_columns")
+        return len(self.sends) if columns is None else len(columns["slot"])
 
     @property
     def last_slot(self) -> int:
         """Largest send slot (-1 for an empty schedule)."""
+        columns = self.__dict__.get("_columns")
+        if columns is not None:
+            return int(columns["slot"][-1]) if len(columns["slot"]) else -1
         return max((s.slot for s in self.sends), default=-1)
 
     def to_dict(self, instance: Instance) -> dict[str, Any]:

@@ -7,7 +7,7 @@ the chunk, link and slot of every violation.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,8 +71,11 @@ class Report:
         First slot at whose start every postcondition holds (None when one never holds).
     makespan_us : float or None
         ``makespan_slots * tau``.
-    arrivals : dict
+    arrivals : Mapping
         ``(chunk, node) -> slot`` from which the node holds the chunk (0 for the precondition).
+        A dict, or for a schedule accepted by the column verifier a read-only mapping over
+        its arrays (:class:`ArrivalMap`), so 16.8 million deliveries are not 16.8 million
+        dict entries.
     """
 
     ok: bool
@@ -80,7 +83,7 @@ class Report:
     makespan_slots: int | None
     makespan_us: float | None
     num_sends: int
-    arrivals: dict[tuple[Chunk, int], int] = field(repr=False, compare=False)
+    arrivals: Mapping[tuple[Chunk, int], int] = field(repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
@@ -102,13 +105,113 @@ class Report:
         }
 
 
+def _overloaded(
+    owner: np.ndarray, slot: np.ndarray, limit: Callable[[np.ndarray], np.ndarray], with_rows: bool
+) -> list[tuple[int, int, np.ndarray]]:
+    """``(owner, slot, rows)`` of every (owner, slot) pair used by more than ``limit`` rows,
+    in owner then slot order; ``rows`` lists the occupied-slot rows of the pair in insertion
+    order (empty unless ``with_rows``)."""
+    span = int(slot.max()) + 1
+    keys = owner * span + slot
+    if not with_rows:
+        uniq, counts = np.unique(keys, return_counts=True)
+        return [
+            (int(uniq[k] // span), int(uniq[k] % span), np.zeros(0, dtype=np.int64))
+            for k in np.nonzero(counts > limit(uniq))[0]
+        ]
+    uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    bad = np.nonzero(counts > limit(uniq))[0]
+    if not len(bad):
+        return []
+    order = np.argsort(inverse, kind="stable")  # rows grouped by key, in insertion order
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return [
+        (int(uniq[k] // span), int(uniq[k] % span), order[starts[k] : starts[k] + counts[k]])
+        for k in bad
+    ]
+
+
+def occupancy_overloads(
+    instance: Instance,
+    links: np.ndarray,
+    slots: np.ndarray,
+    srcs: np.ndarray,
+    dsts: np.ndarray,
+    *,
+    with_sends: bool = True,
+) -> list[tuple[str, int, int, np.ndarray]]:
+    """Capacity (7) and single-port overloads of sends given as columns.
+
+    Every send occupies its link (and, single-port, its two ends) in slots ``t .. t+l-1``;
+    each (link, slot) is counted against ``omega`` (0 in an outage), each (node, slot) against
+    1. Counting is one ``np.unique`` over integer keys per rule, so memory is a few integers
+    per occupied slot.
+
+    Parameters
+    ----------
+    instance : Instance
+    links, slots, srcs, dsts : numpy.ndarray
+        Per send: link index, start slot, sending and receiving node.
+    with_sends : bool
+        Also list, per overload, the sends behind it (their row numbers, in input order);
+        the fast verifier only needs to know whether there is any.
+
+    Returns
+    -------
+    list of (kind, owner, slot, rows)
+        ``kind`` is ``"capacity"`` (owner: link index), ``"single-port-send"`` or
+        ``"single-port-receive"`` (owner: node id), in that order, each by owner then slot.
+    """
+    out: list[tuple[str, int, int, np.ndarray]] = []
+    if not len(links):
+        return out
+    per_link_occ = np.asarray(instance.occupancy, dtype=np.int64)
+    links = np.asarray(links, dtype=np.int64)
+    row: np.ndarray | None = None  # the send of each occupied slot (None: row i is send i)
+    if bool(np.all(per_link_occ == 1)):
+        # the common case: one occupied slot per send, no expansion
+        slot = np.asarray(slots, dtype=np.int64)
+    else:
+        occ = per_link_occ[links]
+        # one row per (send, slot of its occupancy window)
+        row = np.repeat(np.arange(len(links)), occ)
+        first = np.repeat(np.cumsum(occ) - occ, occ)
+        slot = np.asarray(slots, dtype=np.int64)[row] + (np.arange(len(row)) - first)
+    span = int(slot.max()) + 1
+    down = np.array(sorted(lk * span + t for lk, t in instance.outage_set if t < span), dtype=np.int64)
+    per_link = np.asarray(instance.link_capacity, dtype=np.int64)
+
+    def capacity(keys: np.ndarray) -> np.ndarray:
+        cap = per_link[keys // span]
+        return np.where(np.isin(keys, down), 0, cap) if len(down) else cap
+
+    def per_slot(column: np.ndarray) -> np.ndarray:
+        return column if row is None else column[row]
+
+    def sends_of(rows: np.ndarray) -> np.ndarray:
+        return rows if row is None else row[rows]
+
+    for link, t, rows in _overloaded(per_slot(links), slot, capacity, with_sends):
+        out.append(("capacity", link, t, sends_of(rows)))
+    if not instance.single_port:
+        return out
+
+    def one(keys: np.ndarray) -> np.ndarray:
+        return np.ones(len(keys), dtype=np.int64)
+
+    for kind, end in (("single-port-send", srcs), ("single-port-receive", dsts)):
+        for node, t, rows in _overloaded(per_slot(np.asarray(end, dtype=np.int64)), slot, one, with_sends):
+            out.append((kind, node, t, sends_of(rows)))
+    return out
+
+
 class Occupancy:
     """Link and port occupancy of accepted sends, and the capacity rules over it.
 
     Shared by both verifiers: capacity (7) over the occupancy window ``t .. t+l-1`` against
     ``omega``, and the single-port option. Sends are only recorded by :meth:`add`; the
-    counting is done once, with numpy, in :meth:`violations` (one row per occupied link-slot,
-    so memory is a few integers per send rather than a Python list per link-slot).
+    counting is done once, with numpy, in :meth:`violations` (:func:`occupancy_overloads`,
+    which the column verifier calls directly).
     """
 
     def __init__(self, instance: Instance) -> None:
@@ -121,25 +224,6 @@ class Occupancy:
         self._sends.append(send)
         self._links.append(link)
 
-    def _overloaded(
-        self, owner: np.ndarray, slot: np.ndarray, row: np.ndarray, limit: Callable[[np.ndarray], np.ndarray]
-    ) -> list[tuple[int, int, list[Send]]]:
-        """``(owner, slot, sends)`` of every (owner, slot) pair used by more than ``limit``
-        sends, in owner then slot order; ``row[i]`` is the send behind occupied slot ``i``."""
-        span = int(slot.max()) + 1
-        keys = owner * span + slot
-        uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-        bad = np.nonzero(counts > limit(uniq))[0]
-        if not len(bad):
-            return []
-        order = np.argsort(inverse, kind="stable")  # rows grouped by key, in insertion order
-        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        return [
-            (int(uniq[k] // span), int(uniq[k] % span),
-             [self._sends[i] for i in row[order[starts[k]:starts[k] + counts[k]]]])
-            for k in bad
-        ]
-
     def violations(self) -> list[Violation]:
         """Capacity and single-port violations, in link/node then slot order."""
         out: list[Violation] = []
@@ -147,64 +231,46 @@ class Occupancy:
             return out
         inst = self.instance
         topo = inst.topology
-        links = np.asarray(self._links, dtype=np.int64)
-        occ = np.asarray(inst.occupancy, dtype=np.int64)[links]
-        # one row per (send, slot of its occupancy window)
-        row = np.repeat(np.arange(len(links)), occ)
-        first = np.repeat(np.cumsum(occ) - occ, occ)
-        slot = np.fromiter((s.slot for s in self._sends), dtype=np.int64, count=len(links))[row]
-        slot = slot + (np.arange(len(row)) - first)
-        span = int(slot.max()) + 1
-        down = np.array(sorted(lk * span + t for lk, t in inst.outage_set if t < span), dtype=np.int64)
-
-        per_link = np.asarray(inst.link_capacity, dtype=np.int64)
-
-        def capacity(keys: np.ndarray) -> np.ndarray:
-            return np.where(np.isin(keys, down), 0, per_link[keys // span])
-
-        for link, t, sends in self._overloaded(links[row], slot, row, capacity):
-            cap = inst.omega(link, t)
-            src, dst = topo.links[link].key
-            chunks = ", ".join(str(list(s.chunk)) for s in sends)
-            out.append(
-                Violation(
-                    "capacity",
-                    f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
-                    f"but its capacity omega is {cap}",
-                    sends[-1].chunk,
-                    (src, dst),
-                    t,
-                )
-            )
-        if not inst.single_port:
-            return out
-
-        def one(keys: np.ndarray) -> np.ndarray:
-            return np.ones(len(keys), dtype=np.int64)
-
-        ends = {
-            "src": np.fromiter((s.src for s in self._sends), dtype=np.int64, count=len(links)),
-            "dst": np.fromiter((s.dst for s in self._sends), dtype=np.int64, count=len(links)),
-        }
-        for kind, end, role in (
-            ("single-port-send", "src", "sends"),
-            ("single-port-receive", "dst", "receives"),
-        ):
-            for node, t, sends in self._overloaded(ends[end][row], slot, row, one):
-                what = "; ".join(s.describe() for s in sends)
+        n = len(self._sends)
+        overloads = occupancy_overloads(
+            inst,
+            np.asarray(self._links, dtype=np.int64),
+            np.fromiter((s.slot for s in self._sends), dtype=np.int64, count=n),
+            np.fromiter((s.src for s in self._sends), dtype=np.int64, count=n),
+            np.fromiter((s.dst for s in self._sends), dtype=np.int64, count=n),
+        )
+        for kind, owner, t, rows in overloads:
+            sends = [self._sends[i] for i in rows]
+            if kind == "capacity":
+                cap = inst.omega(owner, t)
+                src, dst = topo.links[owner].key
+                chunks = ", ".join(str(list(s.chunk)) for s in sends)
                 out.append(
                     Violation(
-                        kind,
-                        f"node {node} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
+                        "capacity",
+                        f"link {src}->{dst} at slot {t} carries {len(sends)} chunks ({chunks}) "
+                        f"but its capacity omega is {cap}",
                         sends[-1].chunk,
-                        (sends[-1].src, sends[-1].dst),
+                        (src, dst),
                         t,
                     )
                 )
+                continue
+            role = "sends" if kind == "single-port-send" else "receives"
+            what = "; ".join(s.describe() for s in sends)
+            out.append(
+                Violation(
+                    kind,
+                    f"node {owner} {role} {len(sends)} chunks in slot {t} (single-port): {what}",
+                    sends[-1].chunk,
+                    (sends[-1].src, sends[-1].dst),
+                    t,
+                )
+            )
         return out
 
 
-def verify(instance: Instance, schedule: Schedule) -> Report:
+def verify(instance: Instance, schedule: Schedule, *, fast: bool = True) -> Report:
     """Check ``schedule`` against ``instance`` under the canonical slot semantics.
 
     Rules checked (numbers refer to the MILP of ``000_*.txt``):
@@ -224,11 +290,26 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
     ----------
     instance : Instance
     schedule : Schedule
+    fast : bool
+        Decide first with the column verifier (:func:`verify_columns`: data-movement
+        collectives, store-and-forward); it accepts a schedule exactly when the replay below
+        does, and when it finds any violation (or does not apply) the replay runs and gives
+        the Report with its messages. ``False`` runs the replay only (the reference the
+        tests compare against).
 
     Returns
     -------
     Report
     """
+    if fast:
+        report = verify_columns(instance, schedule)
+        if report is not None:
+            return report
+    return _verify_replay(instance, schedule)
+
+
+def _verify_replay(instance: Instance, schedule: Schedule) -> Report:
+    """The replay verifier: every send in chronological order (see :func:`verify`)."""
     if instance.collective.combining:
         # Combining collectives track sets of contributions, not copies.
         from ccplan.schedule.combining import verify_combining
@@ -385,4 +466,199 @@ def verify(instance: Instance, schedule: Schedule) -> Report:
         makespan_us=None if ms is None else instance.slots_to_us(ms),
         num_sends=len(schedule.sends),
         arrivals=hold,
+    )
+
+
+# --------------------------------------------------------------------------- column verifier
+class ArrivalMap(Mapping[tuple[Chunk, int], int]):
+    """Read-only ``(chunk, node) -> slot`` over sorted integer keys (``chunk * n + node``).
+
+    What :attr:`Report.arrivals` holds for a schedule accepted by :func:`verify_columns`:
+    two arrays instead of a dict entry per delivery; a lookup is a binary search.
+    """
+
+    def __init__(
+        self, keys: np.ndarray, slots: np.ndarray, chunks: tuple[Chunk, ...], node_ids: tuple[int, ...]
+    ) -> None:
+        self._keys = keys
+        self._slots = slots
+        self._chunks = chunks
+        self._nodes = node_ids
+        self._chunk_index: dict[Chunk, int] | None = None
+        self._node_index = {v: i for i, v in enumerate(node_ids)}
+
+    def _key(self, item: object) -> int | None:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            return None
+        chunk, node = item
+        if self._chunk_index is None:
+            self._chunk_index = {c: i for i, c in enumerate(self._chunks)}
+        c = self._chunk_index.get(chunk) if isinstance(chunk, tuple) else None
+        v = self._node_index.get(node) if isinstance(node, int) else None
+        if c is None or v is None:
+            return None
+        key = c * len(self._nodes) + v
+        pos = int(np.searchsorted(self._keys, key))
+        return pos if pos < len(self._keys) and int(self._keys[pos]) == key else None
+
+    def __getitem__(self, item: tuple[Chunk, int]) -> int:
+        pos = self._key(item)
+        if pos is None:
+            raise KeyError(item)
+        return int(self._slots[pos])
+
+    def __contains__(self, item: object) -> bool:
+        return self._key(item) is not None
+
+    def __iter__(self) -> Iterator[tuple[Chunk, int]]:
+        n = len(self._nodes)
+        for key in self._keys.tolist():
+            yield self._chunks[key // n], self._nodes[key % n]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _node_positions(instance: Instance, ids: np.ndarray) -> np.ndarray:
+    """Node index of each node id (-1 for an id the topology does not have)."""
+    topo = instance.topology
+    known = np.asarray(topo.node_ids, dtype=np.int64)
+    lookup = np.full(int(known.max()) + 1, -1, dtype=np.int64)
+    lookup[known] = np.arange(len(known))
+    # an id beyond the largest node id is unknown (no table as long as the largest id sent)
+    inside = ids < len(lookup)
+    return np.where(inside, lookup[np.where(inside, ids, 0)], -1)
+
+
+def _find(sorted_keys: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``keys`` in ``sorted_keys`` and whether each is there."""
+    pos = np.searchsorted(sorted_keys, keys)
+    inside = pos < len(sorted_keys)
+    found = np.zeros(len(keys), dtype=bool)
+    found[inside] = sorted_keys[pos[inside]] == keys[inside]
+    return np.minimum(pos, max(len(sorted_keys) - 1, 0)), found
+
+
+def _pair_keys(
+    instance: Instance, table: tuple[tuple[Chunk, tuple[int, ...]], ...], chunk_pos: Mapping[Chunk, int]
+) -> np.ndarray:
+    """``chunk * n + node`` of every (chunk, node) listed by a pre- or postcondition table."""
+    n = instance.topology.num_nodes
+    parts = [np.asarray(nodes, dtype=np.int64) for _, nodes in table]
+    counts = np.array([len(p) for p in parts], dtype=np.int64)
+    chunk = np.repeat(np.array([chunk_pos[c] for c, _ in table], dtype=np.int64), counts)
+    nodes = _node_positions(instance, np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+    return chunk * n + nodes
+
+
+def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
+    """Accept a valid schedule with array operations, or return None.
+
+    The rules of :func:`verify`, for data-movement collectives under store-and-forward
+    (every link's ``L >= 1``), over the schedule's columns instead of a replay:
+
+    - every chunk is the collective's and every link exists (two binary searches);
+    - a node receives a chunk at most once and never one it holds at slot 0 (6): the
+      (chunk, node) keys of the precondition and of every receipt, sorted, have no repeat;
+    - causality (5): the key (chunk, sender) of every send is found there with a slot
+      ``<= t`` (0 for the precondition, else its one receipt's ``t' + L``);
+    - capacity (7), outages and single-port: :func:`occupancy_overloads` finds none;
+    - the postcondition (8): every demand's key is there; the makespan is the latest.
+
+    With every ``L >= 1`` this is the replay's verdict: the replay registers a receipt
+    before any send of a later slot, and a send can only use a receipt of an earlier slot
+    (``t' + L <= t`` means ``t' < t``), so when no rule above breaks, each send the replay
+    meets finds the holding it needs and the replay reports nothing; when one breaks, so
+    does the replay (``tests/test_verify_fast.py`` checks the agreement on hundreds of
+    schedules and mutations).
+
+    Returns
+    -------
+    Report or None
+        The Report (``ok``, no violations, arrivals as an :class:`ArrivalMap`) of an accepted
+        schedule; None when any rule breaks or the column path does not apply (combining
+        collectives, cut-through switches, a link of ``L = 0``, a reducing send): the
+        replay then decides and words the violations.
+    """
+    coll = instance.collective
+    if coll.combining or instance.bufferless:
+        return None
+    latency = np.asarray(instance.latency, dtype=np.int64)
+    if len(latency) and int(latency.min()) < 1:
+        return None
+    cols = schedule.columns()
+    if bool(cols["reduce"].any()):
+        return None
+    topo = instance.topology
+    n = topo.num_nodes
+    chunks = coll.chunk_ids
+    chunk_pos = {c: i for i, c in enumerate(chunks)}
+    num = len(cols["slot"])
+
+    # chunk of each send: (source, index) packed, binary search among the sorted chunk ids
+    width = max([c[1] for c in chunks] + [int(cols["chunk_index"].max()) if num else 0]) + 1
+    top = max([c[0] for c in chunks] + [int(cols["chunk_source"].max()) if num else 0]) + 1
+    if top * width >= 1 << 62 or len(chunks) * n >= 1 << 62:
+        return None
+    known = np.array([a * width + b for a, b in chunks], dtype=np.int64)  # sorted: chunks are
+    pos, found = _find(known, cols["chunk_source"] * width + cols["chunk_index"])
+    if not found.all():
+        return None
+    # positions and link numbers as int32: at 16.8 million sends each such column is 67 MB
+    chunk = pos.astype(np.int32)
+    del pos, found
+
+    # link of each send
+    src = _node_positions(instance, cols["src"]).astype(np.int32)
+    dst = _node_positions(instance, cols["dst"]).astype(np.int32)
+    if num and (int(src.min()) < 0 or int(dst.min()) < 0):
+        return None
+    link_keys = np.array([topo.node_index[lk.src] * n + topo.node_index[lk.dst] for lk in topo.links],
+                         dtype=np.int64)
+    link_order = np.argsort(link_keys)
+    pos, found = _find(link_keys[link_order], src.astype(np.int64) * n + dst)
+    if not found.all():
+        return None
+    link = link_order[pos].astype(np.int32)
+    del pos, found
+
+    # one holding per (chunk, node): the precondition's and the receipts' keys, sorted
+    pre = _pair_keys(instance, coll.pre, chunk_pos)
+    keys = np.concatenate([pre, chunk.astype(np.int64) * n + dst])
+    del dst
+    order = np.argsort(keys)
+    keys = keys[order]
+    if len(keys) > 1 and bool(np.any(keys[1:] == keys[:-1])):
+        return None
+    slot = cols["slot"]
+    arrive = np.concatenate([np.zeros(len(pre), dtype=np.int64), slot + latency[link]])
+    held_from = arrive[order]
+    del order, arrive
+
+    # causality: the sender holds the chunk at the start of the send's slot
+    pos, found = _find(keys, chunk.astype(np.int64) * n + src)
+    del chunk, src
+    if not found.all() or bool(np.any(held_from[pos] > slot)):
+        return None
+    del pos, found
+
+    if occupancy_overloads(instance, link, slot, cols["src"], cols["dst"], with_sends=False):
+        return None
+
+    # postcondition: every wanted (chunk, node) not held at slot 0 is held in the end
+    wanted = _pair_keys(instance, coll.post, chunk_pos)
+    if len(pre):
+        _, at_start = _find(np.sort(pre), wanted)
+        wanted = wanted[~at_start]
+    pos, found = _find(keys, wanted)
+    if not found.all():
+        return None
+    makespan = int(held_from[pos].max()) if len(pos) else 0
+    return Report(
+        ok=True,
+        violations=(),
+        makespan_slots=makespan,
+        makespan_us=instance.slots_to_us(makespan),
+        num_sends=num,
+        arrivals=ArrivalMap(keys, held_from, chunks, topo.node_ids),
     )
