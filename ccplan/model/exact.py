@@ -357,6 +357,7 @@ class _Run:
     question_model: tuple[Any, int, bool] | None = None  # (model, its horizon, D >= LB row)
     soft_deadline: float | None = None  # perf_counter() by which a strategy hands over (auto)
     question_cap: float | None = None  # seconds one "D <= h ?" question may take (auto)
+    later_question_cap: float | None = None  # the cap once a question was answered "no" (auto)
     lns_report: Any = None  # ccplan.model.lns.LnsReport of the last LNS run
 
     def remaining(self) -> float | None:
@@ -620,6 +621,8 @@ def _ask(run: _Run, h: int) -> BackendResult | None:
     finally:
         run.soft_deadline = outer
     _bound_from(run, res, h)
+    if res.status == "infeasible" and run.later_question_cap is not None:
+        run.question_cap = run.later_question_cap  # answered: the questions are not stalled
     return res
 
 
@@ -705,13 +708,23 @@ chassis 1 GB leaves its first question, "D <= 49?", open for the whole share (25
 LNS alone over the same 600 s reaches 50 slots where ``auto`` ended at 51."""
 
 
+AUTO_FIRST_QUESTION_SHARE = 0.1
+"""The first question's cap (instead of :data:`AUTO_QUESTION_SHARE`): until one "no" shows
+that CP-SAT answers this instance's questions, a question that stays open is more likely to
+stay open for good. On AMD 2 chassis 1 GB "D <= 49?" never got an answer (111-273 s
+tried), and each second it takes is one LNS does not get (``--strategy lns`` reached 50 at
+407 s, ``auto`` with a 111 s first question ended at 51); NDv2 2 chassis 64 KB answers its
+questions in about 20 s each (load 7)."""
+
+
 def _ascending_then_lns(run: _Run, horizon: int) -> None:
     """``ascending`` until :data:`AUTO_ASCENDING_SHARE` of the time left is used, then LNS
     on the incumbent with the rest when the gap is still open (docs/exact.md, LNS section)."""
     remaining = run.remaining()
     assert remaining is not None
     run.soft_deadline = time.perf_counter() + AUTO_ASCENDING_SHARE * remaining
-    run.question_cap = AUTO_QUESTION_SHARE * remaining
+    run.question_cap = AUTO_FIRST_QUESTION_SHARE * remaining
+    run.later_question_cap = AUTO_QUESTION_SHARE * remaining
     try:
         _ascending(run, horizon)
     except _RefusedError as exc:
@@ -726,7 +739,7 @@ def _ascending_then_lns(run: _Run, horizon: int) -> None:
         return
     finally:
         run.soft_deadline = None
-        run.question_cap = None
+        run.question_cap = run.later_question_cap = None
         run.question_model = None  # the questions' shared model is not LNS's: free it
     if run.incumbent_makespan is not None and run.incumbent_makespan > run.global_bound:
         run.auto_choice = "ascending+lns"
