@@ -962,7 +962,7 @@ def _warm_start(
     return schedule, method, time.perf_counter() - t0
 
 
-RELAX_SHARE = 0.1
+RELAX_SHARE = 0.2
 """The flow-over-time bound (:mod:`ccplan.model.relax`) gets at most this share of the time
 left after the warm start (at most :data:`RELAX_CAP` s)."""
 
@@ -970,9 +970,10 @@ RELAX_CAP = 60.0
 """Most seconds of the flow-over-time bound (also without a time limit)."""
 
 RELAX_DESTINATIONS = 4
-"""Destinations the flow-over-time bound checks (tightest first, ``relax._order``). The
-bound only needs the destination that refutes a horizon; on the issue's instances that is
-the first (DGX2: an odd GPU, one in-link), and each LP costs 1-15 s there."""
+"""Destinations the flow-over-time bound checks (one per symmetry class, those the
+incumbent serves last first: ``relax.destination_order``). The bound only needs the
+destination that refutes a horizon; on the issue's instances that is the first (DGX2: an
+odd GPU; AMD 4 chassis: GCD 5), and each LP costs 1-15 s there."""
 
 RELAX_MAX_ARCS = 100_000
 """No flow-over-time bound when links x horizon exceeds this (the LP's size, built in Python
@@ -985,7 +986,8 @@ def _flow_bound(run: _Run, horizon: int) -> None:
     when the model is large (``auto``'s threshold, :data:`AUTO_DIRECT_NONZEROS`; small
     models are proven faster by CP-SAT itself) and the gap is open. ``extra["flow_bound"]``:
     ``"auto"`` (default), True (always), False (never); never under ``--prove``."""
-    from ccplan.model.relax import _order, applies, flow_bound
+    from ccplan.model.lns import arrivals
+    from ccplan.model.relax import applies, destination_order, flow_bound
     from ccplan.model.size import estimate_size
 
     mode = run.options.extra.get("flow_bound", "auto")
@@ -1004,8 +1006,12 @@ def _flow_bound(run: _Run, horizon: int) -> None:
     budget = RELAX_CAP if remaining is None else min(RELAX_CAP, RELAX_SHARE * remaining)
     if budget <= 0.05:
         return
+    per: dict[int, list[int]] = {}
+    if run.incumbent is not None:
+        for (_chunk, v), t in arrivals(run.instance, run.incumbent).items():
+            per.setdefault(v, []).append(t)
     fb = flow_bound(run.instance, run.global_bound, upper=m, time_limit=budget,
-                    destinations=_order(run.instance)[:RELAX_DESTINATIONS])
+                    destinations=destination_order(run.instance, per)[:RELAX_DESTINATIONS])
     if fb is None:
         return
     run.flow = fb.as_dict()
