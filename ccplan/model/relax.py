@@ -75,8 +75,10 @@ log = logging.getLogger(__name__)
 
 LP_METHOD = "highs-ipm"
 
-FEASIBLE_TOLERANCE = 1e-6
-"""An LP maximum within this of ``|K_v|`` counts as reaching it (never refutes ``D``)."""
+FEASIBLE_TOLERANCE = 1e-4
+"""An LP maximum within this of ``|K_v|`` counts as reaching it (never refutes ``D``): HiGHS
+stops at feasibility tolerances of 1e-7, and a refuting maximum is a fraction with a small
+denominator (62.5 of 63 on AMD 4 chassis, 62 of 63 on DGX2 4 chassis), far below it."""
 
 
 @dataclass(frozen=True)
