@@ -1010,8 +1010,13 @@ def _flow_bound(run: _Run, horizon: int) -> None:
     if run.incumbent is not None:
         for (_chunk, v), t in arrivals(run.instance, run.incumbent).items():
             per.setdefault(v, []).append(t)
-    fb = flow_bound(run.instance, run.global_bound, upper=m, time_limit=budget,
-                    destinations=destination_order(run.instance, per)[:RELAX_DESTINATIONS])
+    try:
+        fb = flow_bound(run.instance, run.global_bound, upper=m, time_limit=budget,
+                        destinations=destination_order(run.instance, per)[:RELAX_DESTINATIONS])
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        # an LP HiGHS could not solve: the run goes on with the bound it has
+        log.warning("flow-over-time bound skipped: %s", exc)
+        return
     if fb is None:
         return
     run.flow = fb.as_dict()
