@@ -159,6 +159,8 @@ def test_lns_strategy_improves_the_greedy_schedule(tmp_path: Path) -> None:
     csv_path = tmp_path / "progress.csv"
     res = solve(inst, "milp", SolveOptions(progress_path=csv_path, extra={
         "strategy": "lns", "warm_start_schedule": warm, "lns_nonzeros": 2 * per_chunk, "lns_rounds": 12,
+        # chunk neighbourhoods only (the default rotation starts with a slot window: every chunk)
+        "lns_neighbourhoods": ["late", "links", "window", "random"],
     }))
     assert res.verified
     assert res.makespan_slots is not None and optimum <= res.makespan_slots < m
