@@ -159,6 +159,8 @@ def test_lns_strategy_improves_the_greedy_schedule(tmp_path: Path) -> None:
     csv_path = tmp_path / "progress.csv"
     res = solve(inst, "milp", SolveOptions(progress_path=csv_path, extra={
         "strategy": "lns", "warm_start_schedule": warm, "lns_nonzeros": 2 * per_chunk, "lns_rounds": 12,
+        # chunk neighbourhoods only (the default rotation starts with a slot window: every chunk)
+        "lns_neighbourhoods": ["late", "links", "window", "random"],
     }))
     assert res.verified
     assert res.makespan_slots is not None and optimum <= res.makespan_slots < m
@@ -231,21 +233,29 @@ def test_ctrl_c_in_an_lns_round_returns_the_verified_incumbent(monkeypatch: pyte
     assert result.details["lns"]["rounds"] == 1
 
 
-def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``auto`` on a "large" model: one question open longer than ``AUTO_QUESTION_SHARE`` of
-    the time left is a stalled search even when the ascending share is not used up. With
-    the share at 0.99 and the cap at 1e-3 of 40 s, the first question stops within a few
-    seconds (its CP-SAT call gets 0.05 s at least) instead of taking the whole 40 s, and LNS
-    gets the rest."""
+@pytest.mark.parametrize("first_share", [1e-3, 0.99])
+def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch, first_share: float) -> None:
+    """``auto`` on a "large" model: the first question open longer than
+    ``AUTO_FIRST_QUESTION_SHARE`` of the time left is a stalled search even when the
+    ascending share is not used up. With the share at 0.99 and the first cap at 1e-3 of
+    40 s, the first question stops within a few seconds (its CP-SAT call gets 0.05 s at
+    least) instead of taking the whole 40 s, and LNS gets the rest. With the first cap at
+    0.99 the later cap (``AUTO_QUESTION_SHARE``, 1e-3) does not apply to the first question:
+    CP-SAT answers it (DGX1 C=2: "D <= 5?" yes, the bound), and no LNS is needed."""
     inst, warm, m = _dgx1_c2()
     monkeypatch.setattr(exact, "AUTO_DIRECT_NONZEROS", 0)
     monkeypatch.setattr(exact, "AUTO_ASCENDING_SHARE", 0.99)
+    monkeypatch.setattr(exact, "AUTO_FIRST_QUESTION_SHARE", first_share)
     monkeypatch.setattr(exact, "AUTO_QUESTION_SHARE", 1e-3)
     res = solve(inst, "milp", SolveOptions(time_limit=40, extra={
         "warm_start_schedule": warm, "lns_rounds": 1, "lns_slice": 3,
     }))
     assert res.verified
     questions = [st for st in res.details["steps"] if st.get("question") == "D <= h ?"]
+    if first_share > 0.5:
+        assert questions and questions[0]["status"] != "unknown"
+        assert res.status == "optimal" and res.makespan_slots == res.lower_bound_slots
+        return
     assert questions and questions[0]["status"] == "unknown" and questions[0]["seconds"] < 5
     assert res.details["strategy"] == "auto:ascending+lns"
     assert res.details["lns"]["rounds"] == 1

@@ -357,7 +357,9 @@ class _Run:
     question_model: tuple[Any, int, bool] | None = None  # (model, its horizon, D >= LB row)
     soft_deadline: float | None = None  # perf_counter() by which a strategy hands over (auto)
     question_cap: float | None = None  # seconds one "D <= h ?" question may take (auto)
+    later_question_cap: float | None = None  # the cap once a question was answered "no" (auto)
     lns_report: Any = None  # ccplan.model.lns.LnsReport of the last LNS run
+    flow: dict[str, Any] | None = None  # ccplan.model.relax.FlowBound.as_dict() when it ran
 
     def remaining(self) -> float | None:
         now = time.perf_counter()
@@ -620,6 +622,8 @@ def _ask(run: _Run, h: int) -> BackendResult | None:
     finally:
         run.soft_deadline = outer
     _bound_from(run, res, h)
+    if res.status == "infeasible" and run.later_question_cap is not None:
+        run.question_cap = run.later_question_cap  # answered: the questions are not stalled
     return res
 
 
@@ -704,6 +708,14 @@ workers, load 6-8): DGX2 2 chassis 1 MB answers "no" to 37..40 in 45-74 s each; 
 chassis 1 GB leaves its first question, "D <= 49?", open for the whole share (258 s), while
 LNS alone over the same 600 s reaches 50 slots where ``auto`` ended at 51."""
 
+AUTO_FIRST_QUESTION_SHARE = 0.1
+"""The first question's cap (instead of :data:`AUTO_QUESTION_SHARE`): until one "no" shows
+that CP-SAT answers this instance's questions, a question that stays open is more likely to
+stay open for good. On AMD 2 chassis 1 GB "D <= 49?" never got an answer (111-273 s
+tried), and each second it takes is one LNS does not get (``--strategy lns`` reached 50 at
+407 s, ``auto`` with a 111 s first question ended at 51); NDv2 2 chassis 64 KB answers its
+questions in about 20 s each (load 7)."""
+
 
 def _ascending_then_lns(run: _Run, horizon: int) -> None:
     """``ascending`` until :data:`AUTO_ASCENDING_SHARE` of the time left is used, then LNS
@@ -711,7 +723,8 @@ def _ascending_then_lns(run: _Run, horizon: int) -> None:
     remaining = run.remaining()
     assert remaining is not None
     run.soft_deadline = time.perf_counter() + AUTO_ASCENDING_SHARE * remaining
-    run.question_cap = AUTO_QUESTION_SHARE * remaining
+    run.question_cap = AUTO_FIRST_QUESTION_SHARE * remaining
+    run.later_question_cap = AUTO_QUESTION_SHARE * remaining
     try:
         _ascending(run, horizon)
     except _RefusedError as exc:
@@ -726,7 +739,7 @@ def _ascending_then_lns(run: _Run, horizon: int) -> None:
         return
     finally:
         run.soft_deadline = None
-        run.question_cap = None
+        run.question_cap = run.later_question_cap = None
         run.question_model = None  # the questions' shared model is not LNS's: free it
     if run.incumbent_makespan is not None and run.incumbent_makespan > run.global_bound:
         run.auto_choice = "ascending+lns"
@@ -949,6 +962,67 @@ def _warm_start(
     return schedule, method, time.perf_counter() - t0
 
 
+RELAX_SHARE = 0.2
+"""The flow-over-time bound (:mod:`ccplan.model.relax`) gets at most this share of the time
+left after the warm start (at most :data:`RELAX_CAP` s)."""
+
+RELAX_CAP = 60.0
+"""Most seconds of the flow-over-time bound (also without a time limit)."""
+
+RELAX_DESTINATIONS = 4
+"""Destinations the flow-over-time bound checks (one per symmetry class, those the
+incumbent serves last first: ``relax.destination_order``). The bound only needs the
+destination that refutes a horizon; on the issue's instances that is the first (DGX2: an
+odd GPU; AMD 4 chassis: GCD 5), and each LP costs 1-15 s there."""
+
+RELAX_MAX_ARCS = 100_000
+"""No flow-over-time bound when links x horizon exceeds this (the LP's size, built in Python
+at ~20 us per arc; AMD 4 chassis 1 GB: 54,000; NDv2 10
+chassis 1 KB has a horizon of 21,614 slots)."""
+
+
+def _flow_bound(run: _Run, horizon: int) -> None:
+    """Raise the run's bound with the flow-over-time relaxation (:mod:`ccplan.model.relax`)
+    when the model is large (``auto``'s threshold, :data:`AUTO_DIRECT_NONZEROS`; small
+    models are proven faster by CP-SAT itself) and the gap is open. ``extra["flow_bound"]``:
+    ``"auto"`` (default), True (always), False (never); never under ``--prove``."""
+    from ccplan.model.lns import arrivals
+    from ccplan.model.relax import applies, destination_order, flow_bound
+    from ccplan.model.size import estimate_size
+
+    mode = run.options.extra.get("flow_bound", "auto")
+    if mode is False or run.options.extra.get("prove", False):
+        return
+    m = run.incumbent_makespan
+    if m is None or m <= run.global_bound or not applies(run.instance):
+        return
+    if mode == "auto":
+        if run.instance.topology.num_links * horizon > RELAX_MAX_ARCS:
+            return
+        est = estimate_size(run.instance, horizon, dense=bool(run.options.extra.get("dense", False)))
+        if est.nonzeros <= AUTO_DIRECT_NONZEROS:
+            return
+    remaining = run.remaining()
+    budget = RELAX_CAP if remaining is None else min(RELAX_CAP, RELAX_SHARE * remaining)
+    if budget <= 0.05:
+        return
+    per: dict[int, list[int]] = {}
+    if run.incumbent is not None:
+        for (_chunk, v), t in arrivals(run.instance, run.incumbent).items():
+            per.setdefault(v, []).append(t)
+    try:
+        fb = flow_bound(run.instance, run.global_bound, upper=m, time_limit=budget,
+                        destinations=destination_order(run.instance, per)[:RELAX_DESTINATIONS])
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        # an LP HiGHS could not solve: the run goes on with the bound it has
+        log.warning("flow-over-time bound skipped: %s", exc)
+        return
+    if fb is None:
+        return
+    run.flow = fb.as_dict()
+    run.raise_bound(fb.slots)
+
+
 def _lower_bound(instance: Instance) -> int:
     from ccplan.bounds import lower_bound_slots
 
@@ -974,6 +1048,10 @@ def _check_extra(extra: Mapping[str, Any]) -> tuple[str, str, str]:
     if strategy not in STRATEGIES:
         raise ValidationError(
             f"extra['strategy'] {strategy!r} is unknown (choose from {', '.join(sorted(STRATEGIES))})"
+        )
+    if extra.get("flow_bound", "auto") not in ("auto", True, False):
+        raise ValidationError(
+            f"extra['flow_bound'] must be 'auto', True or False, got {extra['flow_bound']!r}"
         )
     params = DEFAULT_CPSAT_PARAMS
     user = extra.get("cpsat_params")
@@ -1012,7 +1090,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         :func:`ccplan.limits.memory_budget`), ``reuse_model`` (default True: the "D <= h ?"
         questions of a run share one model and one translation), ``progress_callback``
         (elapsed, incumbent, bound, gap), ``on_progress`` (elapsed, incumbent, bound), ``lns``
-        (False: no large-neighbourhood search after a stall or a refusal), ``lns_rounds``,
+        (False: no large-neighbourhood search after a stall or a refusal), ``flow_bound``
+        (``"auto"``, True, False: the flow-over-time bound, :func:`_flow_bound`), ``lns_rounds``,
         ``lns_nonzeros``, ``lns_window_nonzeros``, ``lns_slice``, ``lns_neighbourhoods``
         (:func:`ccplan.model.lns.lns_search`). Ctrl-C returns
         the best verified schedule with ``details["interrupted"] = True``.
@@ -1061,6 +1140,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         assert horizon is not None
         if options.horizon is not None and run.warm_makespan is not None:
             horizon = min(horizon, run.warm_makespan)  # nothing above the warm start is worth a slot
+        if horizon >= lower:
+            _flow_bound(run, horizon)
         met = run.incumbent_makespan is not None and run.incumbent_makespan <= run.global_bound
         if options.dump_model is not None and horizon >= 1:
             _dump(run, horizon)
@@ -1144,19 +1225,24 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "cpsat_params": params if backend == "cpsat" else "",
         "steps": run.steps,
         # the analytic bound beside what the solver's answers added to it
-        "bounds": {"analytic": lower, "with_solver": run.global_bound},
+        "bounds": {"analytic": lower, "flow": None if run.flow is None else run.flow["slots"],
+                   "with_solver": run.global_bound},
         "memory_budget": run.memory_budget,
         "model_estimate": run.estimate,
     }
     if makespan is not None and status == "optimal":
         details["proof"] = (
             "solver" if run.solver_infeasible is not None and run.solver_infeasible >= makespan - 1
-            else "lower bound" if makespan <= lower else "solver and lower bound"
+            else "lower bound" if makespan <= lower
+            else "flow bound" if run.flow is not None and makespan <= run.flow["slots"]
+            else "solver and lower bound"
         )
     if run.fallback is not None:
         details["fallback"] = run.fallback
     if run.lns_report is not None:
         details["lns"] = run.lns_report.as_dict()
+    if run.flow is not None:
+        details["flow_bound"] = run.flow
     if run.interrupted:
         details["interrupted"] = True
     return Outcome(schedule=schedule, status=status, bound_slots=float(bound), details=details)

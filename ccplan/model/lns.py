@@ -103,10 +103,11 @@ LNS_WINDOW_OVERSIZE = 4.0
 its size target; beyond this factor the round takes a ``late`` neighbourhood instead (on
 AMD 4 chassis 1 GB one slot's window is ~200,000 nonzeros and a send takes up to 8 slots)."""
 
-ROTATION: tuple[str, ...] = ("late", "slots", "links", "slots", "window", "slots", "random")
-"""Order in which the rules of :data:`NEIGHBOURHOODS` take the rounds: slot windows every
-other round (on AMD 2 chassis 1 GB they lowered the makespan where rounds of a few chunks
-only moved deliveries out of the last slot)."""
+ROTATION: tuple[str, ...] = ("slots", "late", "slots", "links", "slots", "window", "slots", "random")
+"""Order in which the rules of :data:`NEIGHBOURHOODS` take the rounds: slot windows first and
+every other round (on AMD 2 chassis 1 GB they lowered the makespan where rounds of a few
+chunks only moved deliveries out of the last slot; in the 10-minute ``lns`` run both gains,
+52 -> 51 -> 50, came from ``slots`` rounds)."""
 
 
 # --------------------------------------------------------------------------- the restriction

@@ -1,0 +1,63 @@
+"""The flow-over-time bound (``ccplan/model/relax.py``) on the issue's large instances (by hand).
+
+::
+
+    python benchmarks/flow_bound.py                     # all five, every symmetry class
+    python benchmarks/flow_bound.py --instances dgx2-4ch-1GB --time-limit 60
+
+For each instance: the analytic bound (``ccplan.bounds.lower_bound_slots``), then
+:func:`ccplan.model.relax.flow_bound` from it, over one destination per colour-refinement
+class (:func:`ccplan.model.relax.destination_order` without a schedule), capped at
+``--upper`` (the best known makespan; its ``D`` needs no LP). Columns: instance, analytic,
+flow bound, the destination that refuted the last horizon, LPs, seconds, whether every
+class was checked, load average before/after (the machine may be shared: say so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from ccplan.bounds import lower_bound_slots
+from ccplan.instances import make_collective, make_instance
+from ccplan.instances.builtin import amd, dgx2, ndv2
+from ccplan.model.relax import destination_order, flow_bound
+
+INSTANCES = {
+    # name: (topology builder, chassis, size, best known makespan)
+    "amd-2ch-1GB": (amd, 2, "1GB", 50),
+    "dgx2-2ch-1MB": (dgx2, 2, "1MB", 44),
+    "ndv2-2ch-64KB": (ndv2, 2, "64KB", 76),
+    "dgx2-4ch-1GB": (dgx2, 4, "1GB", 69),
+    "amd-4ch-1GB": (amd, 4, "1GB", 84),
+}
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--instances", default=",".join(INSTANCES))
+    p.add_argument("--time-limit", type=float, default=None, help="seconds per instance")
+    args = p.parse_args(argv)
+    print("instance,analytic,flow,refuted_by,lps,seconds,all_classes,load_before,load_after")
+    for name in [n for n in args.instances.split(",") if n]:
+        build, chassis, size, best = INSTANCES[name]
+        topo = build(chassis)
+        inst = make_instance(topo, make_collective("allgather", topo), size)
+        before = _load()
+        t0 = time.perf_counter()
+        lb = lower_bound_slots(inst)
+        fb = flow_bound(inst, lb, upper=best, time_limit=args.time_limit,
+                        destinations=destination_order(inst))
+        assert fb is not None
+        print(f"{name},{lb},{fb.slots},{fb.destination},{fb.lps},{time.perf_counter() - t0:.1f},"
+              f"{fb.complete},{before},{_load()}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

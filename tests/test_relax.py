@@ -1,0 +1,213 @@
+"""The flow-over-time bound (:mod:`ccplan.model.relax`) against true optima.
+
+Optima come from the exact engine (CP-SAT on the paper's model, status ``optimal``); the
+bound is computed from scratch (``lower=0``, not from :mod:`ccplan.bounds`), so the test
+checks the relaxation itself. A bound above an optimum fails the test.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import cache
+
+import pytest
+
+from ccplan.bounds import lower_bound_slots
+from ccplan.errors import ValidationError
+from ccplan.instances import Instance, make_collective, make_instance, make_topology
+from ccplan.instances.topology import Topology
+from ccplan.methods import SolveOptions, solve
+from ccplan.model.relax import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
+
+BANDWIDTHS = (12.5, 25.0, 50.0)
+ALPHAS = (0.0, 0.3, 1.5, 4.0)
+
+
+def mini_chassis(
+    chassis: int = 2, gpus: int = 4, nic: float = 12.5, fast: float = 50.0, nic_alpha: float = 0.0
+) -> Topology:
+    """A small DGX2: ``chassis`` groups of ``gpus`` GPUs around one switch (``fast``, alpha
+    0), the odd local GPU ``s`` of chassis ``i`` sending to local ``s - 1`` of chassis
+    ``i + 1`` over a ``nic`` link (``nic_alpha`` us)."""
+    n = chassis * gpus
+    duplex = [(gpus * c + s, n + c, fast, 0.0) for c in range(chassis) for s in range(gpus)]
+    directed = [(gpus * i + s, gpus * ((i + 1) % chassis) + s - 1, nic, nic_alpha)
+                for i in range(chassis) for s in range(1, gpus, 2)]
+    return make_topology(f"mini-{chassis}x{gpus}", gpus=range(n), switches=range(n, n + chassis),
+                         duplex_links=duplex, directed_links=directed)
+
+
+def _random_instance(seed: int) -> Instance:
+    """Small instances over the options of the slot model (mixed bandwidths, alpha > 0,
+    a switch, capacity 2, outages, single-port, pipelined Broadcast with 2-3 chunks)."""
+    rng = random.Random(seed)
+    n_gpu = rng.randint(3, 5)
+    n_switch = rng.randint(0, 1)
+    n = n_gpu + n_switch
+    order = list(range(n))
+    rng.shuffle(order)
+    pairs = {(order[i], order[(i + 1) % n]) for i in range(n)}
+    for _ in range(rng.randint(0, n)):
+        a, b = rng.randrange(n), rng.randrange(n)
+        if a != b:
+            pairs.add((a, b))
+    links = [(a, b, rng.choice(BANDWIDTHS), rng.choice(ALPHAS)) for a, b in sorted(pairs)]
+    topo = make_topology(f"r{seed}", range(n_gpu), directed_links=links, switches=range(n_gpu, n))
+    kind = rng.choice(("allgather", "broadcast", "broadcast", "alltoall", "gather", "scatter"))
+    chunks = rng.randint(2, 3) if kind == "broadcast" else rng.randint(1, 2)
+    coll = make_collective(kind, topo, chunks=chunks, root=rng.choice(topo.gpus))
+    outages = []
+    if rng.random() < 0.3:
+        link = rng.choice(topo.links)
+        outages.append((link.src, link.dst, rng.randint(0, 4)))
+    return make_instance(
+        topo, coll, rng.choice(("64KB", "1MB", "3MB")),
+        tau_rule=rng.choice(("fastest", "fastest", "slowest")),
+        alpha_threshold=rng.choice((0.0, 0.1)),
+        single_port=rng.random() < 0.25,
+        capacity=rng.choice((1, 1, 2)),
+        outages=outages,
+    )
+
+
+def _cases() -> dict[str, Instance]:
+    cases = {f"random-{seed}": _random_instance(seed) for seed in range(24)}
+    for c, g in ((2, 4), (3, 4), (2, 6), (4, 2)):
+        topo = mini_chassis(c, g)
+        cases[f"mini-{c}x{g}-allgather"] = make_instance(topo, make_collective("allgather", topo), "1MB")
+    topo = mini_chassis(2, 4)
+    ag = make_collective("allgather", topo)
+    pair = mini_chassis(2, 2)
+    cases["mini-2x2-single-port"] = make_instance(pair, make_collective("allgather", pair), "1MB",
+                                                  single_port=True)
+    cases["mini-2x4-tau-slowest"] = make_instance(topo, ag, "1MB", tau_rule="slowest")
+    cases["mini-2x4-nic-outage"] = make_instance(topo, ag, "1MB", outages=[(5, 0, 4), (7, 2, 0)])
+    cases["mini-2x4-alltoall"] = make_instance(topo, make_collective("alltoall", topo), "1MB")
+    cases["mini-3x4-broadcast-C4"] = make_instance(
+        mini_chassis(3, 4), make_collective("broadcast", mini_chassis(3, 4), chunks=4, root=1), "1MB")
+    slow = mini_chassis(2, 4, nic_alpha=4.0)  # tau = 2.62 us: the NIC hop gets delta = 2
+    cases["mini-2x4-nic-alpha"] = make_instance(slow, make_collective("allgather", slow), "1MB")
+    for nic, alpha in ((25.0, 0.0), (25.0, 4.0), (12.5, 8.0)):
+        t = mini_chassis(2, 4, nic=nic, nic_alpha=alpha)
+        name = f"mini-2x4-nic{nic:g}-alpha{alpha:g}"
+        cases[name] = make_instance(t, make_collective("allgather", t), "1MB")
+    three = mini_chassis(3, 2)
+    cases["mini-3x2-allgather"] = make_instance(three, make_collective("allgather", three), "1MB")
+    four = mini_chassis(4, 2)
+    cases["mini-4x2-broadcast-C2"] = make_instance(
+        four, make_collective("broadcast", four, chunks=2, root=0), "1MB")
+    return cases
+
+
+CASES = _cases()
+
+
+@cache
+def _optimum(name: str) -> int:
+    res = solve(CASES[name], "milp", SolveOptions(time_limit=120, workers=1))
+    assert res.status == "optimal" and res.verified and res.makespan_slots is not None, (name, res.status)
+    return res.makespan_slots
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_flow_bound_is_at_most_the_optimum(name: str) -> None:
+    """Validity: the bound from scratch never exceeds the exact engine's proven optimum."""
+    inst = CASES[name]
+    assert applies(inst)
+    fb = flow_bound(inst, 0)
+    assert fb is not None and fb.complete
+    assert fb.slots <= _optimum(name)
+
+
+def test_flow_bound_beats_the_analytic_bound_somewhere() -> None:
+    """The relaxation is not the analytic bound again: on six chassis instances it is
+    strictly higher (and still at most the optimum, checked above; there it equals it)."""
+    higher = [name for name in CASES if name.startswith("mini")
+              if flow_bound(CASES[name], 0).slots > lower_bound_slots(CASES[name])]  # type: ignore[union-attr]
+    assert sorted(higher) == ["mini-2x4-allgather", "mini-2x4-nic-alpha", "mini-2x4-nic-outage",
+                              "mini-2x4-nic12.5-alpha8", "mini-2x4-nic25-alpha4", "mini-3x4-allgather"]
+    for name in higher:
+        assert flow_bound(CASES[name], 0).slots == _optimum(name)  # type: ignore[union-attr]
+
+
+def test_symmetry_classes_and_order() -> None:
+    """The mini machine of two chassis has three classes (even GPUs receive a NIC, odd
+    GPUs send one, switches); the order puts a GPU the schedule serves last first."""
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    cls = symmetry_classes(inst)
+    assert cls[0] == cls[2] == cls[4] == cls[6] and cls[1] == cls[3] == cls[5] == cls[7]
+    assert cls[8] == cls[9] and len(set(cls.values())) == 3
+    assert destination_order(inst, {0: [3, 9], 1: [4, 11], 2: [5]}) == [1, 0]
+
+
+def test_mini_chassis_by_hand() -> None:
+    """Two chassis of 4 GPUs (ids 0-3, 4-7; switches 8, 9; GPU-switch 50 GB/s, so
+    ``l = L = 1``; NICs 1->4, 3->6, 5->0, 7->2 at 12.5 GB/s, ``l = L = 4``), AllGather 1 MB.
+
+    GPU 1 has one in-link (from switch 8) and needs 7 chunks. The 4 chunks of chassis 1
+    enter chassis 0 over the two NICs into GPUs 0 and 2: a NIC send starting at ``t`` is
+    usable at the even GPU at ``t + 4``, at the switch at ``t + 5``, and can be on
+    switch 8 -> 1 from slot ``t + 5``. A NIC starts at most one send in slots ``0 .. 3``,
+    so at most 2 remote chunks are on 8 -> 1 by slot 8; the other 2 take two distinct
+    slots from 9 on, the later is usable at 1 from slot 11: ``D >= 11``. The analytic
+    bound is lower: ingress 8 (7 chunks, one per slot, the switch holds nothing before
+    slot 1); the set cut of chassis 0: 4 chunks over 2 NICs whose sends start in
+    ``[0, D - 4 - 2]`` (2 more slots from GPU 0 or 2 to GPU 1), 4 apart, so
+    ``2 (floor((D - 6) / 4) + 1) >= 4``: ``D >= 10``. A schedule of 11 (hence the optimum):
+    each NIC sends its own GPU's chunk at 0 and a chunk of the other GPUs at 4 (from slot
+    2 on its GPU); local chunks go GPU -> switch at 0 and to the other GPUs of the chassis
+    at slots 1..4; the remote pair reaching a switch at 5 is forwarded at 5 and 6, the pair
+    reaching it at 9 at 9 and 10.
+    """
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    assert list(inst.occupancy) == [1] * 16 + [4] * 4 and list(inst.latency) == [1] * 16 + [4] * 4
+    assert lower_bound_slots(inst) == 10
+    assert max_flow_into(inst, 1, 10) < 7  # D = 10 refuted at GPU 1
+    assert max_flow_into(inst, 1, 11) == pytest.approx(7)
+    fb = flow_bound(inst, 0)
+    assert fb is not None and fb.slots == 11 and fb.complete
+    assert _optimum("mini-2x4-allgather") == 11
+
+
+def test_not_applied_to_cut_through_or_combining() -> None:
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB", switch_model="cut-through")
+    assert flow_bound(inst, 0) is None
+    rs = make_instance(topo, make_collective("reducescatter", topo), "1MB")
+    assert flow_bound(rs, 0) is None
+
+
+def test_partial_bound_is_still_a_bound() -> None:
+    """A time limit or a subset of destinations stops early; the value reached is never
+    above the complete one."""
+    inst = CASES["mini-3x4-allgather"]
+    full = flow_bound(inst, 0)
+    one = flow_bound(inst, 0, destinations=[1])
+    assert full is not None and one is not None
+    assert one.slots <= full.slots and one.complete  # complete for the destinations asked
+    stopped = flow_bound(inst, 0, time_limit=0.0)
+    assert stopped is not None and stopped.slots == 0 and not stopped.complete
+    capped = flow_bound(inst, 0, upper=full.slots - 1)
+    assert capped is not None and capped.slots == full.slots - 1
+
+
+def test_engine_proves_optimal_with_the_flow_bound() -> None:
+    """The ``milp`` engine with the flow bound forced on (the mini instance is below
+    ``auto``'s size threshold): a warm start of 11 slots on the instance of
+    :func:`test_mini_chassis_by_hand` meets the flow bound 11 (analytic 10), so no solver
+    runs and the proof is the flow bound; without it CP-SAT has to refute 10."""
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    best = solve(inst, "milp", SolveOptions(time_limit=120, workers=1, extra={"flow_bound": False}))
+    assert best.status == "optimal" and best.makespan_slots == 11
+    assert best.details["proof"] != "flow bound" and best.details["bounds"]["flow"] is None
+    res = solve(inst, "milp", SolveOptions(time_limit=60, workers=1, extra={
+        "flow_bound": True, "warm_start_schedule": best.schedule}))
+    assert res.status == "optimal" and res.verified and res.makespan_slots == 11
+    assert res.details["proof"] == "flow bound"
+    assert res.details["bounds"] == {"analytic": 10, "flow": 11, "with_solver": 11}
+    assert not any("question" in st for st in res.details["steps"])
+    with pytest.raises(ValidationError):
+        solve(inst, "milp", SolveOptions(time_limit=10, extra={"flow_bound": "yes"}))
