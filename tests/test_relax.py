@@ -211,3 +211,49 @@ def test_engine_proves_optimal_with_the_flow_bound() -> None:
     assert not any("question" in st for st in res.details["steps"])
     with pytest.raises(ValidationError):
         solve(inst, "milp", SolveOptions(time_limit=10, extra={"flow_bound": "yes"}))
+
+
+def test_certificate_from_duals() -> None:
+    """The refutation rests on weak duality, not on the solver's primal value.
+
+    On the hand-derived case above (GPU 1 of two 4-GPU chassis, D = 10): the value
+    :func:`max_flow_into` returns is the dual certificate; it is at least HiGHS's primal
+    maximum (an upper bound on the flow) and equal to it up to the solver's tolerance, here
+    below the 7 chunks GPU 1 needs. With the duals thrown away (all zero) the certificate
+    must still be an upper bound, hence no refutation: ``supply * sum(max(0, -c))`` is
+    ``7 * (number of arcs into GPU 1)``, far above 7.
+    """
+    from ccplan.model import relax
+
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    seen: dict[str, object] = {}
+    real = relax.linprog
+
+    def spy(c, **kw):  # type: ignore[no-untyped-def]
+        res = real(c, **kw)
+        seen.update(c=c, kw=kw, res=res)
+        return res
+
+    relax.linprog = spy  # type: ignore[assignment]
+    try:
+        certified = max_flow_into(inst, 1, 10)
+    finally:
+        relax.linprog = real  # type: ignore[assignment]
+    assert certified is not None
+    res = seen["res"]
+    primal = -float(res.fun)  # type: ignore[attr-defined]
+    assert primal - 1e-9 <= certified <= primal + 1e-6
+    assert certified < 7 - relax.FEASIBLE_TOLERANCE
+
+    class NoDuals:
+        def __init__(self, rows: int, cols: int) -> None:
+            self.ineqlin = type("m", (), {"marginals": [0.0] * rows})()
+            self.upper = type("m", (), {"marginals": [0.0] * cols})()
+
+    kw = seen["kw"]
+    a_ub = kw["A_ub"]  # type: ignore[index]
+    c = seen["c"]
+    upper = kw["bounds"][:, 1]  # type: ignore[index]
+    loose = relax._certified_maximum(NoDuals(*a_ub.shape), a_ub, kw["b_ub"], upper, c, 7)  # type: ignore[index]
+    assert loose >= 7
