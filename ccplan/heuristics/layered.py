@@ -34,12 +34,14 @@ so a run costs about receivers x layers numpy calls plus constant work per send.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,7 +68,8 @@ _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver i
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
-_HUB_DEGREE = 32  # nodes with more links update the per-link counts with numpy
+_HUB_DEGREE = 32  # nodes with more links update the per-link candidate sets with numpy
+_BLOCK_LINKS = 256  # receivers of a layer are matched in blocks of about this many in-links
 
 
 @dataclass(frozen=True)
@@ -193,20 +196,20 @@ def layered_schedule(
     chunks = list(coll.chunk_ids)
     n_chunks = len(chunks)
     cidx = {c: i for i, c in enumerate(chunks)}
-    # held[v]: chunk indices v holds now; have[v]: ... or has in flight
-    held: dict[int, set[int]] = {v: set() for v in nodes}
-    have: dict[int, set[int]] = {v: set() for v in nodes}
+    # held_arr[p, c]: node position p holds chunk c now; have_arr: ... or has it in flight.
+    # Dense (node x chunk) arrays over bytearrays: numpy reads them whole, the per-send
+    # updates write single bytes (no Python set per node: 16.8 million entries at 4,096 GPUs)
+    # held_arr has one extra all-False row: the padding of the rival table below
+    held_buf = bytearray((n_nodes + 1) * n_chunks)
+    held_arr = np.frombuffer(held_buf, dtype=np.bool_).reshape(n_nodes + 1, n_chunks)
+    have_buf = bytearray(n_nodes * n_chunks)
+    have_arr = np.frombuffer(have_buf, dtype=np.bool_).reshape(n_nodes, n_chunks)
     holders_count = [0] * n_chunks
     for c, hs in coll.holders.items():
         for v in hs:
-            held[v].add(cidx[c])
-            have[v].add(cidx[c])
+            held_arr[pos[v], cidx[c]] = True
+            have_arr[pos[v], cidx[c]] = True
             holders_count[cidx[c]] += 1
-    # held_arr has one extra all-False row: the padding of the rival table below
-    held_arr = np.zeros((n_nodes + 1, n_chunks), dtype=bool)
-    for v, cs in held.items():
-        held_arr[pos[v], list(cs)] = True
-    have_arr = held_arr[:n_nodes].copy()
     wants = np.zeros((n_chunks, n_nodes), dtype=bool)  # wants the chunk and does not have it
     demand_c = np.fromiter((cidx[c] for c, _ in coll.demands), dtype=np.intp, count=len(coll.demands))
     demand_v = np.fromiter((pos[v] for _, v in coll.demands), dtype=np.intp, count=len(coll.demands))
@@ -229,9 +232,9 @@ def layered_schedule(
         random.Random(opts.seed).shuffle(rank)
     avail = np.full((n_chunks, n_nodes), np.inf)
     avail[have_arr.T] = 0
+    avail_flat = avail.reshape(-1).data  # one entry written per send, without numpy's call cost
+    wants_flat = wants.reshape(-1).data
     state = _State(
-        held,
-        have,
         unsat,
         useful,
         bit,
@@ -245,35 +248,58 @@ def layered_schedule(
         wants,
         held_arr,
         have_arr,
-        np.zeros(n_chunks, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
     )
-    # lacking[j]: chunks the tail of link j holds and its head neither has nor awaits, kept up
-    # to date at arrivals and commits, so links (and receivers) with nothing to offer are
-    # skipped without building their candidate lists
-    state.head_pos = head_pos
-    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
-    lacking_of = state.lacking
-    state.score_list = [0] * n_chunks
+    # chunk part of the weights: one int64 buffer, read one entry at a time (score_list) and
+    # as an array (chunk_score)
+    state.score_list = array("q", bytes(8 * n_chunks))
+    state.chunk_score = np.frombuffer(state.score_list, dtype=np.int64) if n_chunks else np.zeros(0, np.int64)
     for ci in range(n_chunks):
         state.rescore(ci)
-    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
-    # plain loops over the sets: a node has a handful of links and numpy's per-call cost
+    # cand[j, c]: the tail of link j holds chunk c and its head neither has nor awaits it (the
+    # link's candidate pairs before the relay filter); lacking[j]: their number. Both kept up to
+    # date at arrivals and commits, so a layer reads its pairs from cand instead of comparing
+    # the tails' and heads' rows, and links with nothing to offer are skipped
+    state.head_pos = head_pos
+    n_links = topo.num_links
+    cand_buf = bytearray(n_links * n_chunks)
+    cand = np.frombuffer(cand_buf, dtype=np.bool_).reshape(n_links, n_chunks)
+    for lo in range(0, n_links, 1024):
+        cand[lo : lo + 1024] = held_arr[tail_pos[lo : lo + 1024]] & ~have_arr[head_pos[lo : lo + 1024]]
+    state.cand = cand
+    state.lacking = cand.sum(axis=1).tolist()
+    lacking_of = state.lacking
+    # per node position: (link, head position) of its out-links and (link, tail position) of its
+    # in-links; plain loops over them: a node has a handful of links and numpy's per-call cost
     # would dominate -- except at hubs (a switch with hundreds of links), taken with numpy
-    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
-    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
+    out_pairs = [[(j, int(head_pos[j])) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, int(tail_pos[j])) for j in topo.in_links[v]] for v in nodes]
     hub = [max(len(out_pairs[p]), len(in_pairs[p])) > _HUB_DEGREE for p in range(n_nodes)]
     in_arr = [np.array([j for j, _ in in_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
-    in_tail = [tail_pos[in_arr[p]] for p in range(n_nodes)]
     out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
     out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
     may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
     fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
     busy_until = fast.busy_until
+    # in_held[p, c]: in-links of node p whose tail holds chunk c, for the receivers whose
+    # in-links all have one latency (the "exclusive" term of the weights), kept up to date at
+    # arrivals instead of summed over the in-link tails every layer
+    counted = fast.uniform.tolist()
+    in_held_buf = bytearray(n_nodes * n_chunks)
+    in_held = np.frombuffer(in_held_buf, dtype=np.uint8).reshape(n_nodes, n_chunks)
+    rows_u = np.flatnonzero(fast.uniform)
+    for lo in range(0, len(rows_u), 256):
+        r = rows_u[lo : lo + 256]
+        in_held[r] = held_arr[fast.in_tails[r]].sum(axis=1, dtype=np.uint8)
+    state.in_held = in_held
+    out_counted = [out_head[p][fast.uniform[out_head[p]]] for p in range(n_nodes)]
+    bits = [1 << p for p in range(n_nodes)]
 
     pending: dict[int, list[tuple[int, int]]] = {}
-    s_slot: list[int] = []
-    s_link: list[int] = []
-    s_chunk: list[int] = []
+    # the sends as three integer columns until Schedule.from_columns
+    s_slot = array("q")
+    s_link = array("q")
+    s_chunk = array("q")
     last_outage = max((t for _, _, t in instance.outages), default=0)
     limit = opts.max_layers or (10 * (len(coll.demands) + 1) * max(lat, default=1) + last_outage + 10)
     t = 0
@@ -287,11 +313,15 @@ def layered_schedule(
     total = left
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
+    head_l = head_pos.tolist()
+    score = state.score_list
+    max_holders = state.max_holders
+    rank_part = [99 - min(r, 99) for r in rank]
+    cache = state.cache
 
     def commit(j: int, ci: int) -> None:
         nonlocal left
-        v = head[j]
-        pv = pos[v]
+        pv = head_l[j]
         if reserve_all or occ[j] > 1:
             res.reserve(j, t)
             heapq.heappush(events, t + occ[j])
@@ -299,26 +329,34 @@ def layered_schedule(
         s_slot.append(t)
         s_link.append(j)
         s_chunk.append(ci)
-        have[v].add(ci)
-        have_arr[pv, ci] = True
+        have_buf[pv * n_chunks + ci] = 1
         if hub[pv]:
-            for k in in_arr[pv][held_arr[in_tail[pv], ci]].tolist():
+            for k in in_arr[pv][cand[in_arr[pv], ci]].tolist():
+                cand_buf[k * n_chunks + ci] = 0
                 lacking_of[k] -= 1
         else:
-            for k, u in in_pairs[pv]:
-                if ci in held[u]:
+            for k, _ in in_pairs[pv]:
+                if cand_buf[k * n_chunks + ci]:
+                    cand_buf[k * n_chunks + ci] = 0
                     lacking_of[k] -= 1
         holders_count[ci] += 1
         arrive = t + lat[j]
-        pending.setdefault(arrive, []).append((v, ci))
-        avail[ci, pv] = arrive
-        wants[ci, pv] = False
-        state.cache.pop(ci, None)
-        b = bit[v]
+        pending.setdefault(arrive, []).append((pv, ci))
+        at = ci * n_nodes + pv
+        avail_flat[at] = arrive
+        wants_flat[at] = False
+        if cache:
+            cache.pop(ci, None)
+        b = bits[pv]
         if unsat[ci] & b:
             unsat[ci] ^= b
             left -= 1
-        state.rescore(ci)
+        # the chunk part of the weights (_State.rescore, inlined: once per send)
+        score[ci] = (
+            min(max(max_holders - holders_count[ci], 0), 999) * 10**4
+            + min(unsat[ci].bit_count(), 99) * 100
+            + rank_part[ci]
+        )
 
     while left > 0:
         deadline.check()
@@ -334,17 +372,20 @@ def layered_schedule(
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
-        for v, ci in pending.pop(t, ()):
-            pv = pos[v]
-            held[v].add(ci)
-            held_arr[pv, ci] = True
+        for pv, ci in pending.pop(t, ()):
+            held_buf[pv * n_chunks + ci] = 1
             if hub[pv]:
                 for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
+                    cand_buf[k * n_chunks + ci] = 1
                     lacking_of[k] += 1
+                np.add.at(in_held, (out_counted[pv], ci), 1)
             else:
-                for k, w in out_pairs[pv]:
-                    if ci not in have[w]:
+                for k, pw in out_pairs[pv]:
+                    if not have_buf[pw * n_chunks + ci]:
+                        cand_buf[k * n_chunks + ci] = 1
                         lacking_of[k] += 1
+                    if counted[pw]:
+                        in_held_buf[pw * n_chunks + ci] += 1
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
@@ -381,8 +422,6 @@ def layered_schedule(
 class _State:
     """Per-layer state: who holds what, who still wants what, and static link facts."""
 
-    held: dict[int, set[int]]  # chunk indices a node holds at the current layer
-    have: dict[int, set[int]]  # ... holds or will hold (in flight)
     unsat: list[int]  # per chunk: bit mask of nodes that want it and do not have it
     useful: list[int]  # per link: bit mask of targets it leads towards
     bit: dict[int, int]
@@ -396,12 +435,14 @@ class _State:
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
     held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
     have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
-    chunk_score: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    score_list: list[int] = field(default_factory=list)  # chunk_score as a list (read one at a time)
+    chunk_score: np.ndarray  # per chunk: the chunk part of the weights (a view of score_list)
+    score_list: array[int] = field(default_factory=lambda: array("q"))  # read one at a time
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    lacking: list[int] = field(default_factory=list)  # per link (a list: updated one entry at a time)
+    lacking: list[int] = field(default_factory=list)  # per link: its candidate count (see layered_schedule)
+    cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))  # (E, C) candidate pairs
+    in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
 
     def active_receivers(self) -> list[int]:
@@ -481,8 +522,9 @@ class _State:
 
     def rescore(self, ci: int) -> None:
         """Refresh the chunk part of :meth:`weights` (rarity, unsatisfied count, rank) of
-        ``ci``, in the array and in its list copy."""
-        self.score_list[ci] = self.chunk_score[ci] = (
+        ``ci`` (``chunk_score`` is a view of ``score_list``); the commit of
+        :func:`layered_schedule` computes the same inline."""
+        self.score_list[ci] = (
             min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
             + min(self.unsat[ci].bit_count(), 99) * 100
             + (99 - min(self.rank[ci], 99))
@@ -690,9 +732,50 @@ class _FastPath:
         if not len(cl):
             return
         heads = self.head_pos[cl]
-        held_arr = st.held_arr
-        pl, pc = np.nonzero(held_arr[self.tail_pos[cl]] & ~st.have_arr[heads])
+        cuts = [*np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]).tolist(), len(cl)]
+        # receivers in blocks of about _BLOCK_LINKS links: a block's pairs and their weights are
+        # taken when its first receiver's turn comes, so the chunk scores they start from are
+        # at most a block old (scans stay short) while numpy still works on many pairs at once
+        g = 0
+        while g < len(cuts) - 1:
+            h = max(g + 1, bisect.bisect_right(cuts, cuts[g] + _BLOCK_LINKS) - 1)
+            self._block(topo, res, t, st, commit, cl, units, heads, lack, cuts[g : h + 1])
+            g = h
+
+    def _block(
+        self,
+        topo: Topology,
+        res: Reservations,
+        t: int,
+        st: _State,
+        commit: _Commit,
+        cl_all: np.ndarray,
+        units_all: np.ndarray,
+        heads_all: np.ndarray,
+        lack: np.ndarray,
+        cuts_all: list[int],
+    ) -> None:
+        """Match and commit the receivers of one block of :meth:`layer`: links
+        ``cuts_all[0] .. cuts_all[-1]-1`` of ``cl_all``, one receiver per segment of ``cuts_all``.
+
+        Nothing a receiver's matching reads other than the chunk scores changes between the
+        start of the layer and its turn (see the class docstring), so pairs taken now are
+        those of the start of the layer."""
+        first = cuts_all[0]
+        cuts = [c - first for c in cuts_all]
+        cl = cl_all[first : cuts_all[-1]]
+        units = units_all[first : cuts_all[-1]]
+        heads = heads_all[first : cuts_all[-1]]
+        links = cl.tolist()
+        counts_arr = lack[cl]
+        # pairs (link, chunk) of the fast receivers, link by link, chunks ascending
+        fast_at = np.flatnonzero(self.fast_recv[heads])
+        pl, pc = np.nonzero(st.cand[cl[fast_at]])
+        pl = fast_at[pl]
+        pcount = np.where(self.fast_recv[heads], counts_arr, 0)
+        n_pairs = len(pc)
         prec = heads[pl]
+        held_arr = st.held_arr
         # a relay candidate (a chunk the receiver does not want) sends the receiver to the
         # general code; only receivers that lack a chunk they do not want can have one
         relay_at: set[int] = set()
@@ -700,35 +783,32 @@ class _FastPath:
             ask = np.flatnonzero(self.relay_check[prec])
             relay_at = set(np.unique(prec[ask[~st.wants[pc[ask], prec[ask]]]]).tolist())
         # "exclusive" term: rival in-links (another in-link at least as fast) whose tail holds
-        # the chunk; on receivers with one in-link latency, all in-link tails holding it less one
+        # the chunk; on receivers with one in-link latency, all in-link tails holding it less
+        # one (counted at arrivals, ``in_held``)
         uni = self.uniform[prec]
         others = np.zeros(len(pl), dtype=np.int64)
         if uni.any():
-            rows = np.unique(heads)
-            count = np.zeros((len(self.uniform), held_arr.shape[1]), dtype=np.int16)
-            count[rows] = held_arr[self.in_tails[rows]].sum(axis=1, dtype=np.int16)
-            others = count[prec, pc].astype(np.int64) - 1
+            others = st.in_held[prec, pc].astype(np.int64) - 1
         if not uni.all():
             odd = np.flatnonzero(~uni)
             others[odd] = held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)
         # every pair a fast receiver keeps is one it wants (the others went to the general code)
         fixed = (_BIG + 10**8) + np.maximum(0, 9 - others) * 10**7
-        starts_arr = np.searchsorted(pl, np.arange(len(cl) + 1))
+        starts_arr = np.concatenate(([0], np.cumsum(pcount)))
         starts = starts_arr.tolist()
-        cuts_arr = np.concatenate(([0], np.flatnonzero(np.diff(heads)) + 1))
-        cuts = [*cuts_arr.tolist(), len(cl)]
-        links = cl.tolist()
         unit_l = units.tolist()
         heads_l = heads.tolist()
         chunk_score = st.chunk_score
-        # each link's pairs of nearly its largest weight at the start of the layer, sorted by
-        # that weight, largest first, lowest chunk first on a tie. Chunk scores only fall within
-        # a layer (more holders, fewer unsatisfied), so at the receiver's turn a scan for the
-        # largest weight now may stop at the first pair whose start weight is below the best
-        # found; when it runs past the pairs kept, the receiver's weights are computed in full
+        # each link's pairs of nearly its largest weight now, sorted by that weight, largest
+        # first, lowest chunk first on a tie. Chunk scores only fall within a layer (more
+        # holders, fewer unsatisfied), so at the receiver's turn a scan for the largest weight
+        # then may stop at the first pair whose weight now is below the best found; when it
+        # runs past the pairs kept, the receiver's weights are computed in full
         w0 = fixed + chunk_score[pc]
-        seg_starts = starts_arr[:-1]
-        floor = np.maximum.reduceat(w0, seg_starts) - _NEAR
+        if n_pairs:
+            floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - _NEAR
+        else:
+            floor = np.zeros(len(cl), dtype=np.int64)
         near = np.flatnonzero(w0 >= floor[pl])
         near = near[np.lexsort((pc[near], -w0[near], pl[near]))]
         near_starts = np.searchsorted(pl[near], np.arange(len(cl) + 1)).tolist()
@@ -736,11 +816,11 @@ class _FastPath:
         s_fixed = fixed[near].tolist()
         s_w0 = w0[near].tolist()
         floor_l = floor.tolist()
-        counts_arr = np.diff(starts_arr)
         score = st.score_list
 
         nodes = topo.node_ids
-        most = np.maximum.reduceat(counts_arr, cuts_arr).tolist()  # per receiver: most pairs of a link
+        # per receiver: most pairs of a link
+        most = np.maximum.reduceat(counts_arr, np.asarray(cuts[:-1], dtype=np.intp)).tolist()
         for g, (a, b) in enumerate(itertools.pairwise(cuts)):
             p = heads_l[a]
             if not self.fast_recv[p] or p in relay_at:
@@ -771,7 +851,7 @@ def _rows_scan(
     s_chunk: list[int],
     s_fixed: list[int],
     s_w0: list[int],
-    score: list[int],
+    score: Sequence[int],
     starts: list[int],
     floor: list[int],
     units: list[int],
