@@ -295,7 +295,7 @@ def layered_schedule(
     out_counted = [out_head[p][fast.uniform[out_head[p]]] for p in range(n_nodes)]
     bits = [1 << p for p in range(n_nodes)]
 
-    pending: dict[int, list[tuple[int, int]]] = {}
+    pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
     # the sends as three integer columns until Schedule.from_columns
     s_slot = array("q")
     s_link = array("q")
@@ -319,17 +319,26 @@ def layered_schedule(
     rank_part = [99 - min(r, 99) for r in rank]
     cache = state.cache
 
+    slow = [reserve_all or o > 1 for o in occ]
+    unsat_n = [m.bit_count() for m in unsat]  # per chunk: its unsatisfied targets
+    # the bit masks of unsatisfied targets and the arrival slots are read only by the general
+    # per-receiver code (relay candidates, switches, single-port); the fast path reads counts
+    masks_read = (
+        instance.single_port or _REFERENCE_LAYER or not fast.fast_recv.all() or bool(fast.relay_check.any())
+    )
+
     def commit(j: int, ci: int) -> None:
         nonlocal left
         pv = head_l[j]
-        if reserve_all or occ[j] > 1:
+        if slow[j]:
             res.reserve(j, t)
             heapq.heappush(events, t + occ[j])
             busy_until[j] = t + occ[j]
         s_slot.append(t)
         s_link.append(j)
         s_chunk.append(ci)
-        have_buf[pv * n_chunks + ci] = 1
+        key = pv * n_chunks + ci
+        have_buf[key] = 1
         if hub[pv]:
             for k in in_arr[pv][cand[in_arr[pv], ci]].tolist():
                 cand_buf[k * n_chunks + ci] = 0
@@ -341,20 +350,22 @@ def layered_schedule(
                     lacking_of[k] -= 1
         holders_count[ci] += 1
         arrive = t + lat[j]
-        pending.setdefault(arrive, []).append((pv, ci))
+        pending.setdefault(arrive, []).append(key)
         at = ci * n_nodes + pv
-        avail_flat[at] = arrive
-        wants_flat[at] = False
-        if cache:
-            cache.pop(ci, None)
-        b = bits[pv]
-        if unsat[ci] & b:
-            unsat[ci] ^= b
+        if wants_flat[at]:
+            wants_flat[at] = False
+            unsat_n[ci] -= 1
             left -= 1
+            if masks_read:
+                unsat[ci] ^= bits[pv]
+        if masks_read:
+            avail_flat[at] = arrive
+            if cache:
+                cache.pop(ci, None)
         # the chunk part of the weights (_State.rescore, inlined: once per send)
         score[ci] = (
             min(max(max_holders - holders_count[ci], 0), 999) * 10**4
-            + min(unsat[ci].bit_count(), 99) * 100
+            + min(unsat_n[ci], 99) * 100
             + rank_part[ci]
         )
 
@@ -372,8 +383,9 @@ def layered_schedule(
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
-        for pv, ci in pending.pop(t, ()):
-            held_buf[pv * n_chunks + ci] = 1
+        for key in pending.pop(t, ()):
+            held_buf[key] = 1
+            pv, ci = divmod(key, n_chunks)
             if hub[pv]:
                 for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
                     cand_buf[k * n_chunks + ci] = 1
