@@ -13,7 +13,7 @@ Cases: DGX1, NDv2 x2/x4, DGX2 x2, AMD x2, torus 8x8, mesh 6x6, leaf-spine 4x4, e
 AllGather 1 GB C=1 and 64 KB C=2; NDv2 x4 single-port 1 GB C=1; NDv2 x2 and torus 8x8 with
 slack 1 and seed 3; NDv2 x2 with an outage and with capacity 2; broadcast on NDv2 x2.
 ``--large`` adds bigger ones (a few minutes): torus 16x16 and 20x20, NDv2 x16, DGX2 x4,
-AMD x4, torus 12x12 64 KB C=2, fat-tree k=4 C=2, leaf-spine 16x16x8, mesh 12x12.
+AMD x4, torus 12x12 64 KB C=2, fat-tree k=4 C=2, mesh 12x12.
 """
 
 from __future__ import annotations
@@ -108,7 +108,6 @@ def large_cases() -> list[tuple[str, Callable[[], tuple[Instance, LayeredOptions
         ("amd-4 1GB C=1", lambda: bt.amd(4), "1GB", 1),
         ("torus12 64KB C=2", lambda: bt.torus2d(12, 12), "64KB", 2),
         ("fat-tree-4 1GB C=2", lambda: bt.fat_tree(4), "1GB", 2),
-        ("leaf-spine-16x16 1GB C=1", lambda: bt.leaf_spine(16, 16, 8), "1GB", 1),
         ("mesh12 1GB C=1", lambda: bt.mesh2d(12, 12), "1GB", 1),
     ]
     out: list[tuple[str, Callable[[], tuple[Instance, LayeredOptions]]]] = []

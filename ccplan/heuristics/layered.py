@@ -69,6 +69,8 @@ _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete f
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # nodes with more links update the per-link candidate sets with numpy
+# _BITS[b, i]: bit i of byte b (little-endian), to expand the nonzero bytes of the pair bits
+_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
 _BLOCK_LINKS = 256  # receivers of a layer are matched in blocks of about this many in-links
 
 
@@ -256,18 +258,23 @@ def layered_schedule(
     state.chunk_score = np.frombuffer(state.score_list, dtype=np.int64) if n_chunks else np.zeros(0, np.int64)
     for ci in range(n_chunks):
         state.rescore(ci)
-    # cand[j, c]: the tail of link j holds chunk c and its head neither has nor awaits it (the
-    # link's candidate pairs before the relay filter); lacking[j]: their number. Both kept up to
-    # date at arrivals and commits, so a layer reads its pairs from cand instead of comparing
-    # the tails' and heads' rows, and links with nothing to offer are skipped
+    # cand: bit c of row j is set when the tail of link j holds chunk c and its head neither has
+    # nor awaits it (the link's candidate pairs before the relay filter; bits, so a layer scans
+    # an eighth of a byte per (link, chunk)); lacking[j]: their number. Both kept up to date at
+    # arrivals and commits, so a layer reads its pairs from cand instead of comparing the
+    # tails' and heads' rows, and links with nothing to offer are skipped
     state.head_pos = head_pos
     n_links = topo.num_links
-    cand_buf = bytearray(n_links * n_chunks)
-    cand = np.frombuffer(cand_buf, dtype=np.bool_).reshape(n_links, n_chunks)
+    row_bytes = (n_chunks + 7) // 8
+    cand_buf = bytearray(n_links * row_bytes)
+    cand = np.frombuffer(cand_buf, dtype=np.uint8).reshape(n_links, row_bytes)
+    lacking_init = np.zeros(n_links, dtype=np.int64)
     for lo in range(0, n_links, 1024):
-        cand[lo : lo + 1024] = held_arr[tail_pos[lo : lo + 1024]] & ~have_arr[head_pos[lo : lo + 1024]]
+        pairs = held_arr[tail_pos[lo : lo + 1024]] & ~have_arr[head_pos[lo : lo + 1024]]
+        lacking_init[lo : lo + 1024] = pairs.sum(axis=1)
+        cand[lo : lo + 1024] = np.packbits(pairs, axis=1, bitorder="little")
     state.cand = cand
-    state.lacking = cand.sum(axis=1).tolist()
+    state.lacking = lacking_init.tolist()
     lacking_of = state.lacking
     # per node position: (link, head position) of its out-links and (link, tail position) of its
     # in-links; plain loops over them: a node has a handful of links and numpy's per-call cost
@@ -339,14 +346,16 @@ def layered_schedule(
         s_chunk.append(ci)
         key = pv * n_chunks + ci
         have_buf[key] = 1
+        byte = ci >> 3
+        m = 1 << (ci & 7)
         if hub[pv]:
-            for k in in_arr[pv][cand[in_arr[pv], ci]].tolist():
-                cand_buf[k * n_chunks + ci] = 0
+            for k in in_arr[pv][(cand[in_arr[pv], byte] & m) != 0].tolist():
+                cand_buf[k * row_bytes + byte] ^= m
                 lacking_of[k] -= 1
         else:
             for k, _ in in_pairs[pv]:
-                if cand_buf[k * n_chunks + ci]:
-                    cand_buf[k * n_chunks + ci] = 0
+                if cand_buf[k * row_bytes + byte] & m:
+                    cand_buf[k * row_bytes + byte] ^= m
                     lacking_of[k] -= 1
         holders_count[ci] += 1
         arrive = t + lat[j]
@@ -386,15 +395,17 @@ def layered_schedule(
         for key in pending.pop(t, ()):
             held_buf[key] = 1
             pv, ci = divmod(key, n_chunks)
+            byte = ci >> 3
+            m = 1 << (ci & 7)
             if hub[pv]:
                 for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
-                    cand_buf[k * n_chunks + ci] = 1
+                    cand_buf[k * row_bytes + byte] |= m
                     lacking_of[k] += 1
                 np.add.at(in_held, (out_counted[pv], ci), 1)
             else:
                 for k, pw in out_pairs[pv]:
                     if not have_buf[pw * n_chunks + ci]:
-                        cand_buf[k * n_chunks + ci] = 1
+                        cand_buf[k * row_bytes + byte] |= m
                         lacking_of[k] += 1
                     if counted[pw]:
                         in_held_buf[pw * n_chunks + ci] += 1
@@ -453,7 +464,7 @@ class _State:
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     lacking: list[int] = field(default_factory=list)  # per link: its candidate count (see layered_schedule)
-    cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))  # (E, C) candidate pairs
+    cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (E, C/8) pair bits
     in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
 
@@ -782,8 +793,11 @@ class _FastPath:
         counts_arr = lack[cl]
         # pairs (link, chunk) of the fast receivers, link by link, chunks ascending
         fast_at = np.flatnonzero(self.fast_recv[heads])
-        pl, pc = np.nonzero(st.cand[cl[fast_at]])
-        pl = fast_at[pl]
+        rows = st.cand[cl[fast_at]]
+        r, byte = np.nonzero(rows)
+        e, bit = np.nonzero(_BITS[rows[r, byte]])
+        pl = fast_at[r[e]]
+        pc = byte[e] * 8 + bit
         pcount = np.where(self.fast_recv[heads], counts_arr, 0)
         n_pairs = len(pc)
         prec = heads[pl]
