@@ -67,8 +67,11 @@ _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priori
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
+_KEEP = 16  # ... and at most this many of them
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # nodes with more links update the per-link candidate sets with numpy
+# _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
+_FIXED = np.array([_BIG + 10**8 + max(0, 9 - o) * 10**7 for o in range(256)], dtype=np.int64)
 # _BITS[b, i]: bit i of byte b (little-endian), to expand the nonzero bytes of the pair bits
 _BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
 _BLOCK_LINKS = 256  # receivers of a layer are matched in blocks of about this many in-links
@@ -811,15 +814,17 @@ class _FastPath:
         # "exclusive" term: rival in-links (another in-link at least as fast) whose tail holds
         # the chunk; on receivers with one in-link latency, all in-link tails holding it less
         # one (counted at arrivals, ``in_held``)
+        # every pair a fast receiver keeps is one it wants (the others went to the general
+        # code), so its fixed part is _BIG + 10**8 + max(0, 9 - others) * 10**7, from a table
         uni = self.uniform[prec]
-        others = np.zeros(len(pl), dtype=np.int64)
-        if uni.any():
-            others = st.in_held[prec, pc].astype(np.int64) - 1
-        if not uni.all():
+        if uni.all():
+            fixed = _FIXED[st.in_held[prec, pc].astype(np.intp) - 1]
+        else:
+            fixed = np.zeros(len(pl), dtype=np.int64)
+            if uni.any():
+                fixed[uni] = _FIXED[st.in_held[prec[uni], pc[uni]].astype(np.intp) - 1]
             odd = np.flatnonzero(~uni)
-            others[odd] = held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)
-        # every pair a fast receiver keeps is one it wants (the others went to the general code)
-        fixed = (_BIG + 10**8) + np.maximum(0, 9 - others) * 10**7
+            fixed[odd] = _FIXED[held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)]
         starts_arr = np.concatenate(([0], np.cumsum(pcount)))
         starts = starts_arr.tolist()
         unit_l = units.tolist()
@@ -836,8 +841,20 @@ class _FastPath:
         else:
             floor = np.zeros(len(cl), dtype=np.int64)
         near = np.flatnonzero(w0 >= floor[pl])
-        near = near[np.lexsort((pc[near], -w0[near], pl[near]))]
-        near_starts = np.searchsorted(pl[near], np.arange(len(cl) + 1)).tolist()
+        # pairs come by link and chunk ascending: a stable sort by (link, weight descending)
+        # puts the lowest chunk first on a tie (floor <= w0 <= floor + _NEAR within a link)
+        near = near[np.argsort(pl[near] * (_NEAR + 1) + (floor[pl[near]] + _NEAR - w0[near]), kind="stable")]
+        near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
+        # at most _KEEP pairs per link: the floor of a cut link rises to one above the weight of
+        # its last kept pair, so every pair left out still weighs less than its floor (ties
+        # with the last kept one included) -- what the scan needs to stop or to give up
+        rank = np.arange(len(near)) - near_starts_arr[:-1][pl[near]]
+        cut = np.flatnonzero(np.diff(near_starts_arr) > _KEEP)
+        if len(cut):
+            floor[cut] = w0[near[near_starts_arr[cut] + _KEEP - 1]] + 1
+            near = near[rank < _KEEP]
+            near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
+        near_starts = near_starts_arr.tolist()
         s_chunk = pc[near].tolist()
         s_fixed = fixed[near].tolist()
         s_w0 = w0[near].tolist()
