@@ -845,16 +845,17 @@ class _FastPath:
         # puts the lowest chunk first on a tie (floor <= w0 <= floor + _NEAR within a link)
         near = near[np.argsort(pl[near] * (_NEAR + 1) + (floor[pl[near]] + _NEAR - w0[near]), kind="stable")]
         near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
-        # at most _KEEP pairs per link: the floor of a cut link rises to one above the weight of
-        # its last kept pair, so every pair left out still weighs less than its floor (ties
-        # with the last kept one included) -- what the scan needs to stop or to give up
+        # at most _KEEP pairs per link: the floor of a cut link rises to the weight of its last
+        # kept pair; a pair left out weighs less, or as much with a higher chunk (_rows_scan)
         rank = np.arange(len(near)) - near_starts_arr[:-1][pl[near]]
-        cut = np.flatnonzero(np.diff(near_starts_arr) > _KEEP)
-        if len(cut):
-            floor[cut] = w0[near[near_starts_arr[cut] + _KEEP - 1]] + 1
+        cut = np.diff(near_starts_arr) > _KEEP
+        if cut.any():
+            at = np.flatnonzero(cut)
+            floor[at] = w0[near[near_starts_arr[at] + _KEEP - 1]]
             near = near[rank < _KEEP]
             near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
         near_starts = near_starts_arr.tolist()
+        cut_l = cut.tolist()
         s_chunk = pc[near].tolist()
         s_fixed = fixed[near].tolist()
         s_w0 = w0[near].tolist()
@@ -869,7 +870,9 @@ class _FastPath:
             if not self.fast_recv[p] or p in relay_at:
                 _match_receiver(topo, res, t, st, commit, nodes[p])
                 continue
-            chosen = _rows_scan(s_chunk, s_fixed, s_w0, score, near_starts, floor_l, unit_l, links, a, b)
+            chosen = _rows_scan(
+                s_chunk, s_fixed, s_w0, score, near_starts, floor_l, cut_l, unit_l, links, a, b
+            )
             if (
                 chosen is not None
                 and len(chosen) > most[g]
@@ -897,6 +900,7 @@ def _rows_scan(
     score: Sequence[int],
     starts: list[int],
     floor: list[int],
+    cut: list[bool],
     units: list[int],
     links: list[int],
     a: int,
@@ -911,7 +915,9 @@ def _rows_scan(
     ``s_chunk``/``s_fixed``/``s_w0``: per kept pair its chunk, the fixed part of its weight and
     its weight at the start of the layer; link ``i``'s pairs are ``starts[i] .. starts[i+1]-1``,
     sorted by start weight, largest first, lowest chunk first on a tie, and are all its pairs
-    of start weight ``>= floor[i]``; ``score``: the current chunk part of the weights.
+    of start weight ``>= floor[i]``, except when ``cut[i]``: then they are its first pairs in
+    that order down to one of start weight ``floor[i]``, and a pair left out weighs less or
+    as much with a higher chunk; ``score``: the current chunk part of the weights.
     """
     taken: set[int] = set()
     chosen: list[tuple[int, int]] = []
@@ -939,8 +945,10 @@ def _rows_scan(
             if start == best and c not in taken:
                 ready += 1
         else:
-            if best < floor[i]:
-                return None  # a pair below the kept ones may weigh as much now
+            if best < floor[i] or (cut[i] and best == floor[i] and ready < need):
+                # a pair left out may weigh as much now (if it ties with the last kept one
+                # and enough untaken kept ones of that start weight are lowest, it does not)
+                return None
         for _ in range(need):
             free = [c for c in tops if c not in taken]
             if not free:
