@@ -816,10 +816,11 @@ class _FastPath:
         # one (counted at arrivals, ``in_held``)
         # every pair a fast receiver keeps is one it wants (the others went to the general
         # code), so its fixed part is _BIG + 10**8 + max(0, 9 - others) * 10**7, from a table
-        uni = self.uniform[prec]
-        if uni.all():
-            fixed = _FIXED[st.in_held[prec, pc].astype(np.intp) - 1]
+        if self.uniform[heads[fast_at]].all():
+            # in_held counts the pair's own tail too: _FIXED[1:] is indexed by others + 1
+            fixed = _FIXED[1:][st.in_held[prec, pc]]
         else:
+            uni = self.uniform[prec]
             fixed = np.zeros(len(pl), dtype=np.int64)
             if uni.any():
                 fixed[uni] = _FIXED[st.in_held[prec[uni], pc[uni]].astype(np.intp) - 1]
