@@ -235,8 +235,16 @@ def layered_schedule(
     rank = list(range(n_chunks))
     if opts.seed is not None:
         random.Random(opts.seed).shuffle(rank)
-    avail = np.full((n_chunks, n_nodes), np.inf)
-    avail[have_arr.T] = 0
+    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
+    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
+    # the bit masks of unsatisfied targets and the arrival slots are read only by the general
+    # per-receiver code (relay candidates, switches, single-port); the fast path reads counts
+    masks_read = bool(
+        instance.single_port or _REFERENCE_LAYER or not fast.fast_recv.all() or fast.relay_check.any()
+    )
+    avail = np.full((n_chunks, n_nodes) if masks_read else (0, 0), np.inf)
+    if masks_read:
+        avail[have_arr.T] = 0
     avail_flat = avail.reshape(-1).data  # one entry written per send, without numpy's call cost
     wants_flat = wants.reshape(-1).data
     state = _State(
@@ -288,8 +296,6 @@ def layered_schedule(
     in_arr = [np.array([j for j, _ in in_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
     out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
     out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
-    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
-    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
     busy_until = fast.busy_until
     # in_held[p, c]: in-links of node p whose tail holds chunk c, for the receivers whose
     # in-links all have one latency (the "exclusive" term of the weights), kept up to date at
@@ -306,10 +312,10 @@ def layered_schedule(
     bits = [1 << p for p in range(n_nodes)]
 
     pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
-    # the sends as three integer columns until Schedule.from_columns
-    s_slot = array("q")
-    s_link = array("q")
-    s_chunk = array("q")
+    # the sends as three int32 columns until Schedule.from_columns
+    s_slot = array("i")
+    s_link = array("i")
+    s_chunk = array("i")
     last_outage = max((t for _, _, t in instance.outages), default=0)
     limit = opts.max_layers or (10 * (len(coll.demands) + 1) * max(lat, default=1) + last_outage + 10)
     t = 0
@@ -331,11 +337,6 @@ def layered_schedule(
 
     slow = [reserve_all or o > 1 for o in occ]
     unsat_n = [m.bit_count() for m in unsat]  # per chunk: its unsatisfied targets
-    # the bit masks of unsatisfied targets and the arrival slots are read only by the general
-    # per-receiver code (relay candidates, switches, single-port); the fast path reads counts
-    masks_read = (
-        instance.single_port or _REFERENCE_LAYER or not fast.fast_recv.all() or bool(fast.relay_check.any())
-    )
 
     def commit(j: int, ci: int) -> None:
         nonlocal left
