@@ -999,15 +999,20 @@ def _assign(
 ) -> list[tuple[int, int]]:
     """The full assignment of one receiver, on the matrix :func:`_match_receiver` builds
     (rows: link units in order; columns: the offered chunks ascending; 0 where not offered)."""
-    cols, col_of = np.unique(chunks, return_inverse=True)
-    per_link = np.zeros((len(units), len(cols)), dtype=np.int64)
-    per_link[np.repeat(np.arange(len(units)), counts), col_of] = w
-    row_links = np.repeat(np.arange(len(units)), units)
-    mat = per_link[row_links]
+    cols = np.unique(chunks)
+    n = len(units)
+    per_link = np.zeros((n, len(cols)), dtype=np.int64)
+    per_link[np.repeat(np.arange(n), counts), np.searchsorted(cols, chunks)] = w
+    if max(units) == 1:
+        row_links = list(range(n))
+        mat = per_link
+    else:
+        row_links = [i for i, u in enumerate(units) for _ in range(u)]
+        mat = per_link[row_links]
     rows, colsel = linear_sum_assignment(mat, maximize=True)
-    return [
-        (links[int(row_links[r])], int(cols[k])) for r, k in zip(rows, colsel, strict=True) if mat[r, k] > 0
-    ]
+    keep = mat[rows, colsel] > 0
+    picked = zip(rows[keep].tolist(), cols[colsel[keep]].tolist(), strict=True)
+    return [(links[row_links[r]], k) for r, k in picked]
 
 
 def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
