@@ -285,8 +285,14 @@ def layered_schedule(
         lacking_init[lo : lo + 1024] = pairs.sum(axis=1)
         cand[lo : lo + 1024] = np.packbits(pairs, axis=1, bitorder="little")
     state.cand = cand
-    state.lacking = lacking_init.tolist()
+    # an int64 buffer: the commits update single entries, the arrivals add with numpy
+    state.lacking = array("q", lacking_init.tobytes())
     lacking_of = state.lacking
+    lacking_view = np.frombuffer(lacking_of, dtype=np.int64) if n_links else np.zeros(0, dtype=np.int64)
+    # out-links grouped by tail position (compressed rows), for the arrivals
+    out_flat = np.argsort(tail_pos, kind="stable").astype(np.intp)
+    out_ptr = np.searchsorted(tail_pos[out_flat], np.arange(n_nodes + 1)).astype(np.intp)
+    out_deg = np.diff(out_ptr)
     # per node position: (link, head position) of its out-links and (link, tail position) of its
     # in-links; plain loops over them: a node has a handful of links and numpy's per-call cost
     # would dominate -- except at hubs (a switch with hundreds of links), taken with numpy
@@ -294,21 +300,16 @@ def layered_schedule(
     in_pairs = [[(j, int(tail_pos[j])) for j in topo.in_links[v]] for v in nodes]
     hub = [max(len(out_pairs[p]), len(in_pairs[p])) > _HUB_DEGREE for p in range(n_nodes)]
     in_arr = [np.array([j for j, _ in in_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
-    out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
-    out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
     busy_until = fast.busy_until
     # in_held[p, c]: in-links of node p whose tail holds chunk c, for the receivers whose
     # in-links all have one latency (the "exclusive" term of the weights), kept up to date at
     # arrivals instead of summed over the in-link tails every layer
-    counted = fast.uniform.tolist()
-    in_held_buf = bytearray(n_nodes * n_chunks)
-    in_held = np.frombuffer(in_held_buf, dtype=np.uint8).reshape(n_nodes, n_chunks)
+    in_held = np.zeros((n_nodes, n_chunks), dtype=np.uint8)
     rows_u = np.flatnonzero(fast.uniform)
     for lo in range(0, len(rows_u), 256):
         r = rows_u[lo : lo + 256]
         in_held[r] = held_arr[fast.in_tails[r]].sum(axis=1, dtype=np.uint8)
     state.in_held = in_held
-    out_counted = [out_head[p][fast.uniform[out_head[p]]] for p in range(n_nodes)]
     bits = [1 << p for p in range(n_nodes)]
 
     pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
@@ -396,23 +397,25 @@ def layered_schedule(
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
-        for key in pending.pop(t, ()):
-            held_buf[key] = 1
-            pv, ci = divmod(key, n_chunks)
-            byte = ci >> 3
-            m = 1 << (ci & 7)
-            if hub[pv]:
-                for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
-                    cand_buf[k * row_bytes + byte] |= m
-                    lacking_of[k] += 1
-                np.add.at(in_held, (out_counted[pv], ci), 1)
-            else:
-                for k, pw in out_pairs[pv]:
-                    if not have_buf[pw * n_chunks + ci]:
-                        cand_buf[k * row_bytes + byte] |= m
-                        lacking_of[k] += 1
-                    if counted[pw]:
-                        in_held_buf[pw * n_chunks + ci] += 1
+        arrived = pending.pop(t, None)
+        if arrived:
+            # the layer's arrivals at once: holdings, then on every out-link of the new holder
+            # whose head lacks the chunk the candidate bit and count, and the in-link holder
+            # counts of its heads (ufunc.at: a link or node may get several chunks at once)
+            keys = np.asarray(arrived, dtype=np.int64)
+            held_arr.reshape(-1)[keys] = True
+            pv_a, ci_a = np.divmod(keys, n_chunks)
+            deg = out_deg[pv_a]
+            each = np.repeat(np.arange(len(keys)), deg)
+            ks = out_flat[out_ptr[pv_a][each] + np.arange(len(each)) - np.repeat(np.cumsum(deg) - deg, deg)]
+            cs = ci_a[each]
+            hs = head_pos[ks]
+            new = ~have_arr[hs, cs]
+            ks_new, cs_new = ks[new], cs[new]
+            np.bitwise_or.at(cand, (ks_new, cs_new >> 3), np.left_shift(1, cs_new & 7).astype(np.uint8))
+            lacking_view += np.bincount(ks_new, minlength=n_links)
+            counts_at = fast.uniform[hs]
+            np.add.at(in_held, (hs[counts_at], cs[counts_at]), 1)
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
@@ -467,7 +470,7 @@ class _State:
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    lacking: list[int] = field(default_factory=list)  # per link: its candidate count (see layered_schedule)
+    lacking: array[int] = field(default_factory=lambda: array("q"))  # per link: its candidate count
     cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (E, C/8) pair bits
     in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
