@@ -67,7 +67,7 @@ _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priori
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
-_KEEP = 16  # ... and at most this many of them
+_KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # nodes with more links update the per-link candidate sets with numpy
 # _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
