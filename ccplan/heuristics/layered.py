@@ -801,10 +801,13 @@ class _FastPath:
         # pairs (link, chunk) of the fast receivers, link by link, chunks ascending
         fast_at = np.flatnonzero(self.fast_recv[heads])
         rows = st.cand[cl[fast_at]]
-        r, byte = np.nonzero(rows)
-        e, bit = np.nonzero(_BITS[rows[r, byte]])
-        pl = fast_at[r[e]]
-        pc = byte[e] * 8 + bit
+        row_bytes = max(1, rows.shape[1])
+        flat = np.flatnonzero(rows)  # flat positions of nonzero bytes (cheaper than 2-D nonzero)
+        f = np.flatnonzero(_BITS[rows.reshape(-1)[flat]])
+        at = flat[f >> 3]
+        r = at // row_bytes
+        pl = fast_at[r]
+        pc = (at - r * row_bytes) * 8 + (f & 7)
         pcount = np.where(self.fast_recv[heads], counts_arr, 0)
         n_pairs = len(pc)
         prec = heads[pl]
