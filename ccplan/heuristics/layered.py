@@ -25,11 +25,14 @@ Semantics are the canonical ones (DESIGN.md): occupancy window ``t .. t+l-1`` un
 ``omega`` (outages included), arrival at ``t + L``, one copy per node, ``single_port``
 as a node-level matching (one send and one receive per node and slot).
 
-Complexity: per layer and receiver, a fixed number of numpy operations on (node x chunk)
-boolean arrays (candidates: the row difference "tail holds, receiver does not have"; weights:
-one membership row per in-link) plus one assignment, ``O(k^3)`` in its size ``k``; relay
-candidates are filtered with bit masks over targets. The number of layers is the makespan,
-so a run costs about receivers x layers numpy calls plus constant work per send.
+Complexity: the candidate pairs (link, chunk) are kept per link as bits, updated at arrivals
+and commits; receivers whose in-links are all shortest ways and few (GPUs; see
+:class:`_FastPath`) are matched in blocks, with numpy over the block's pairs and a short
+Python scan per link, and a full assignment (``O(k^3)`` in its size ``k``) only when rows
+compete for a chunk; the others (switches, relays) take one assignment each, relay candidates
+filtered with bit masks over targets. The number of layers is the makespan, so a run costs
+about the candidate pairs summed over the layers, links x chunks / 8 bytes scanned per layer,
+and constant Python work per send.
 """
 
 from __future__ import annotations
@@ -637,16 +640,18 @@ def _match_receiver(topo: Topology, res: Reservations, t: int, st: _State, commi
 
 @dataclass(frozen=True)
 class _FastPath:
-    """One layer of :func:`_match_per_receiver`, with the work done once per layer for all
-    receivers where no commit of another receiver can change it.
+    """One layer of :func:`_match_per_receiver`, with the work done for a block of receivers
+    at once where no commit of another receiver can change it.
 
     Within a layer, what a receiver ``v`` is offered depends on the holdings of its in-links'
     tails (fixed: arrivals are applied before the layer), on what ``v`` has (changed only by
     ``v``'s own commits, which come after its matching), on the free units of its in-links
     (reserved only by ``v``) and on the "exclusive" term of :meth:`_State.weights` (holdings
     again). So the candidate pairs (link, chunk), their "wanted" and "exclusive" terms are
-    computed for every receiver at once; only the chunk part of the weight (rarity and
-    unsatisfied count, which other receivers' commits change) is read at the receiver's turn.
+    computed for a block of receivers (about ``_BLOCK_LINKS`` in-links) at once, when the
+    block's first receiver's turn comes; only the chunk part of the weight (rarity and
+    unsatisfied count, which other receivers' commits change, downwards only) is read at the
+    receiver's turn, so the block's start weights bound it from above.
 
     The assignment of a receiver is then taken row by row (one row per free link unit, in
     the order of ``topo.in_links``): a row takes the lowest chunk of its largest weight that
