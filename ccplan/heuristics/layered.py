@@ -72,7 +72,7 @@ _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete f
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
-_HUB_DEGREE = 32  # nodes with more links update the per-link candidate sets with numpy
+_HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
 # _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
 _FIXED = np.array([_BIG + 10**8 + max(0, 9 - o) * 10**7 for o in range(256)], dtype=np.int64)
 # _BITS[b, i]: bit i of byte b (little-endian), to expand the nonzero bytes of the pair bits
@@ -466,8 +466,8 @@ class _State:
     dmat: np.ndarray  # (V, V) shortest latency, inf when unreachable
     avail: np.ndarray  # (C, V) slot from which a node has the chunk (inf: never)
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
-    held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
-    have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
+    held_arr: np.ndarray  # (V + 1, C) bool: holds the chunk now (the last row: padding, False)
+    have_arr: np.ndarray  # (V, C) bool: holds it or has it in flight
     chunk_score: np.ndarray  # per chunk: the chunk part of the weights (a view of score_list)
     score_list: array[int] = field(default_factory=lambda: array("q"))  # read one at a time
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
