@@ -218,20 +218,25 @@ def layered_schedule(
             held_arr[pos[v], cidx[c]] = True
             have_arr[pos[v], cidx[c]] = True
             holders_count[cidx[c]] += 1
-    wants = np.zeros((n_chunks, n_nodes), dtype=bool)  # wants the chunk and does not have it
-    demand_c = np.fromiter((cidx[c] for c, _ in coll.demands), dtype=np.intp, count=len(coll.demands))
-    demand_v = np.fromiter((pos[v] for _, v in coll.demands), dtype=np.intp, count=len(coll.demands))
-    wants[demand_c, demand_v] = True
+    # wants[c, p]: node p must end with chunk c and does not hold it -- the collective's
+    # demands, built from its postcondition: ``coll.demands`` would be a tuple of 16.8 million
+    # (chunk, node) pairs at 4,096 GPUs, cached in the collective (1.5 GB)
+    wants = np.zeros((n_chunks, n_nodes), dtype=bool)
+    for c, ws in coll.post:
+        wants[cidx[c], [pos[v] for v in ws]] = True
+    wants &= ~have_arr.T
     reach = np.zeros_like(wants)
     for c, hs in coll.holders.items():
         reach[cidx[c]] = np.isfinite(dmat[[pos[h] for h in hs]]).any(axis=0)
-    lost = np.flatnonzero(wants[demand_c, demand_v] & ~reach[demand_c, demand_v])
-    if len(lost):
-        c, v = list(coll.demands)[int(lost[0])]
+    lost_c, lost_v = np.nonzero(wants & ~reach)
+    if len(lost_c):
+        node_ids = np.asarray(nodes, dtype=np.int64)
+        first = int(np.lexsort((node_ids[lost_v], lost_c))[0])  # the first demand, as sorted
+        c, v = chunks[int(lost_c[first])], int(node_ids[lost_v[first]])
         raise CCPlanError(f"chunk {list(c)} cannot reach node {v}: no path from its holders")
     # bit mask of nodes that want the chunk and do not have it
     unsat = [int.from_bytes(row.tobytes(), "little") for row in np.packbits(wants, axis=1, bitorder="little")]
-    left = len(coll.demands)
+    left = n_demands = int(wants.sum())
     # useful[j]: targets w for which link j lies on a (near-)shortest path from its tail
     useful, self_target = _useful_masks(dmat, lat_arr, tail_pos, head_pos, opts.slack)
 
@@ -321,7 +326,7 @@ def layered_schedule(
     s_link = array("i")
     s_chunk = array("i")
     last_outage = max((t for _, _, t in instance.outages), default=0)
-    limit = opts.max_layers or (10 * (len(coll.demands) + 1) * max(lat, default=1) + last_outage + 10)
+    limit = opts.max_layers or (10 * (n_demands + 1) * max(lat, default=1) + last_outage + 10)
     t = 0
     occ = [int(x) for x in instance.occupancy]
     # a one-slot send on a link of its own receiver's layer never meets another reservation
