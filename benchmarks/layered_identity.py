@@ -7,10 +7,13 @@ script once with the old code on ``PYTHONPATH`` (``dump``) and once with the new
 
     PYTHONPATH=<old checkout> python benchmarks/layered_identity.py dump old.pkl
     PYTHONPATH=<new checkout> python benchmarks/layered_identity.py compare old.pkl
+    (add --large to both for the bigger instances)
 
 Cases: DGX1, NDv2 x2/x4, DGX2 x2, AMD x2, torus 8x8, mesh 6x6, leaf-spine 4x4, each with
 AllGather 1 GB C=1 and 64 KB C=2; NDv2 x4 single-port 1 GB C=1; NDv2 x2 and torus 8x8 with
 slack 1 and seed 3; NDv2 x2 with an outage and with capacity 2; broadcast on NDv2 x2.
+``--large`` adds bigger ones (a few minutes): torus 16x16 and 20x20, NDv2 x16, DGX2 x4,
+AMD x4, torus 12x12 64 KB C=2, fat-tree k=4 C=2, mesh 12x12.
 """
 
 from __future__ import annotations
@@ -95,10 +98,35 @@ def cases() -> list[tuple[str, Callable[[], tuple[Instance, LayeredOptions]]]]:
     return out
 
 
-def run_all() -> dict[str, list[Row]]:
+def large_cases() -> list[tuple[str, Callable[[], tuple[Instance, LayeredOptions]]]]:
+    """Bigger instances (``--large``), AllGather, built lazily."""
+    specs: list[tuple[str, Callable[[], Topology], str, int]] = [
+        ("torus16 1GB C=1", lambda: bt.torus2d(16, 16), "1GB", 1),
+        ("torus20 1GB C=1", lambda: bt.torus2d(20, 20), "1GB", 1),
+        ("ndv2-16 1GB C=1", lambda: bt.ndv2(16), "1GB", 1),
+        ("dgx2-4 1GB C=1", lambda: bt.dgx2(4), "1GB", 1),
+        ("amd-4 1GB C=1", lambda: bt.amd(4), "1GB", 1),
+        ("torus12 64KB C=2", lambda: bt.torus2d(12, 12), "64KB", 2),
+        ("fat-tree-4 1GB C=2", lambda: bt.fat_tree(4), "1GB", 2),
+        ("mesh12 1GB C=1", lambda: bt.mesh2d(12, 12), "1GB", 1),
+    ]
+    out: list[tuple[str, Callable[[], tuple[Instance, LayeredOptions]]]] = []
+    for name, make, size, chunks in specs:
+
+        def build(
+            make: Callable[[], Topology] = make, size: str = size, chunks: int = chunks
+        ) -> tuple[Instance, LayeredOptions]:
+            topo = make()
+            return make_instance(topo, make_collective("allgather", topo, chunks), size), LayeredOptions()
+
+        out.append((name, build))
+    return out
+
+
+def run_all(large: bool = False) -> dict[str, list[Row]]:
     """Schedule of every case as sorted send tuples."""
     got: dict[str, list[Row]] = {}
-    for name, build in cases():
+    for name, build in cases() + (large_cases() if large else []):
         inst, opts = build()
         t0 = time.perf_counter()
         sched = layered_schedule(inst, opts)
@@ -111,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["dump", "compare"])
     ap.add_argument("file")
+    ap.add_argument("--large", action="store_true", help="add the bigger instances")
     args = ap.parse_args(argv)
-    got = run_all()
+    got = run_all(args.large)
     path = Path(args.file)
     if args.mode == "dump":
         path.write_bytes(pickle.dumps(got))

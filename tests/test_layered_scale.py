@@ -87,6 +87,33 @@ def test_fast_path_equals_reference_matching(
     assert report.ok, report.violations[:3]
 
 
+@pytest.mark.parametrize(("keep", "block"), [(1, 10**9), (2, 10**9), (3, 3)])
+@pytest.mark.parametrize(
+    ("name", "inst", "opts"),
+    [c for c in _cases() if c[0] in ("torus6 allgather", "mesh5 allgather", "ndv2-3 allgather", "ndv2-2 64KB C=2")],
+    ids=["torus6", "mesh5", "ndv2-3", "ndv2-2 C=2"],
+)
+def test_fast_path_with_few_kept_pairs_equals_reference(
+    name: str,
+    inst: Instance,
+    opts: LayeredOptions,
+    keep: int,
+    block: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same with at most ``keep`` kept pairs per link, in one block per layer (scores a
+    whole layer old at the receiver's turn: many kept pairs have fallen) or in blocks of 3
+    in-links: the cut lists (a floor at the last kept pair, ties with it left out) are
+    exercised on every receiver and must not change a send."""
+    monkeypatch.setattr(layered, "_KEEP", keep)
+    monkeypatch.setattr(layered, "_BLOCK_LINKS", block)
+    fast = layered_schedule(inst, opts)
+    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    ref = layered_schedule(inst, opts)
+    assert fast.sends == ref.sends, name
+    assert verify(inst, fast).ok
+
+
 def test_rows_first_matches_linear_sum_assignment() -> None:
     """Whenever the row-by-row rule answers, scipy's assignment picks the same columns.
 

@@ -25,21 +25,26 @@ Semantics are the canonical ones (DESIGN.md): occupancy window ``t .. t+l-1`` un
 ``omega`` (outages included), arrival at ``t + L``, one copy per node, ``single_port``
 as a node-level matching (one send and one receive per node and slot).
 
-Complexity: per layer and receiver, a fixed number of numpy operations on (node x chunk)
-boolean arrays (candidates: the row difference "tail holds, receiver does not have"; weights:
-one membership row per in-link) plus one assignment, ``O(k^3)`` in its size ``k``; relay
-candidates are filtered with bit masks over targets. The number of layers is the makespan,
-so a run costs about receivers x layers numpy calls plus constant work per send.
+Complexity: the candidate pairs (link, chunk) are kept per link as bits, updated at arrivals
+and commits; receivers whose in-links are all shortest ways and few (GPUs; see
+:class:`_FastPath`) are matched in blocks, with numpy over the block's pairs and a short
+Python scan per link, and a full assignment (``O(k^3)`` in its size ``k``) only when rows
+compete for a chunk; the others (switches, relays) take one assignment each, relay candidates
+filtered with bit masks over targets. The number of layers is the makespan, so a run costs
+about the candidate pairs summed over the layers, links x chunks / 8 bytes scanned per layer,
+and constant Python work per send.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,8 +70,14 @@ _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priori
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
+_KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
-_HUB_DEGREE = 32  # nodes with more links update the per-link counts with numpy
+_HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
+# _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
+_FIXED = np.array([_BIG + 10**8 + max(0, 9 - o) * 10**7 for o in range(256)], dtype=np.int64)
+# _BITS[b, i]: bit i of byte b (little-endian), to expand the nonzero bytes of the pair bits
+_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
+_BLOCK_LINKS = 256  # receivers of a layer are matched in blocks of about this many in-links
 
 
 @dataclass(frozen=True)
@@ -193,45 +204,58 @@ def layered_schedule(
     chunks = list(coll.chunk_ids)
     n_chunks = len(chunks)
     cidx = {c: i for i, c in enumerate(chunks)}
-    # held[v]: chunk indices v holds now; have[v]: ... or has in flight
-    held: dict[int, set[int]] = {v: set() for v in nodes}
-    have: dict[int, set[int]] = {v: set() for v in nodes}
+    # held_arr[p, c]: node position p holds chunk c now; have_arr: ... or has it in flight.
+    # Dense (node x chunk) arrays over bytearrays: numpy reads them whole, the per-send
+    # updates write single bytes (no Python set per node: 16.8 million entries at 4,096 GPUs)
+    # held_arr has one extra all-False row: the padding of the rival table below
+    held_buf = bytearray((n_nodes + 1) * n_chunks)
+    held_arr = np.frombuffer(held_buf, dtype=np.bool_).reshape(n_nodes + 1, n_chunks)
+    have_buf = bytearray(n_nodes * n_chunks)
+    have_arr = np.frombuffer(have_buf, dtype=np.bool_).reshape(n_nodes, n_chunks)
     holders_count = [0] * n_chunks
     for c, hs in coll.holders.items():
         for v in hs:
-            held[v].add(cidx[c])
-            have[v].add(cidx[c])
+            held_arr[pos[v], cidx[c]] = True
+            have_arr[pos[v], cidx[c]] = True
             holders_count[cidx[c]] += 1
-    # held_arr has one extra all-False row: the padding of the rival table below
-    held_arr = np.zeros((n_nodes + 1, n_chunks), dtype=bool)
-    for v, cs in held.items():
-        held_arr[pos[v], list(cs)] = True
-    have_arr = held_arr[:n_nodes].copy()
-    wants = np.zeros((n_chunks, n_nodes), dtype=bool)  # wants the chunk and does not have it
-    demand_c = np.fromiter((cidx[c] for c, _ in coll.demands), dtype=np.intp, count=len(coll.demands))
-    demand_v = np.fromiter((pos[v] for _, v in coll.demands), dtype=np.intp, count=len(coll.demands))
-    wants[demand_c, demand_v] = True
+    # wants[c, p]: node p must end with chunk c and does not hold it -- the collective's
+    # demands, built from its postcondition: ``coll.demands`` would be a tuple of 16.8 million
+    # (chunk, node) pairs at 4,096 GPUs, cached in the collective (1.5 GB)
+    wants = np.zeros((n_chunks, n_nodes), dtype=bool)
+    for c, ws in coll.post:
+        wants[cidx[c], [pos[v] for v in ws]] = True
+    wants &= ~have_arr.T
     reach = np.zeros_like(wants)
     for c, hs in coll.holders.items():
         reach[cidx[c]] = np.isfinite(dmat[[pos[h] for h in hs]]).any(axis=0)
-    lost = np.flatnonzero(wants[demand_c, demand_v] & ~reach[demand_c, demand_v])
-    if len(lost):
-        c, v = list(coll.demands)[int(lost[0])]
+    lost_c, lost_v = np.nonzero(wants & ~reach)
+    if len(lost_c):
+        node_ids = np.asarray(nodes, dtype=np.int64)
+        first = int(np.lexsort((node_ids[lost_v], lost_c))[0])  # the first demand, as sorted
+        c, v = chunks[int(lost_c[first])], int(node_ids[lost_v[first]])
         raise CCPlanError(f"chunk {list(c)} cannot reach node {v}: no path from its holders")
     # bit mask of nodes that want the chunk and do not have it
     unsat = [int.from_bytes(row.tobytes(), "little") for row in np.packbits(wants, axis=1, bitorder="little")]
-    left = len(coll.demands)
+    left = n_demands = int(wants.sum())
     # useful[j]: targets w for which link j lies on a (near-)shortest path from its tail
     useful, self_target = _useful_masks(dmat, lat_arr, tail_pos, head_pos, opts.slack)
 
     rank = list(range(n_chunks))
     if opts.seed is not None:
         random.Random(opts.seed).shuffle(rank)
-    avail = np.full((n_chunks, n_nodes), np.inf)
-    avail[have_arr.T] = 0
+    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
+    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
+    # the bit masks of unsatisfied targets and the arrival slots are read only by the general
+    # per-receiver code (relay candidates, switches, single-port); the fast path reads counts
+    masks_read = bool(
+        instance.single_port or _REFERENCE_LAYER or not fast.fast_recv.all() or fast.relay_check.any()
+    )
+    avail = np.full((n_chunks, n_nodes) if masks_read else (0, 0), np.inf)
+    if masks_read:
+        avail[have_arr.T] = 0
+    avail_flat = avail.reshape(-1).data  # one entry written per send, without numpy's call cost
+    wants_flat = wants.reshape(-1).data
     state = _State(
-        held,
-        have,
         unsat,
         useful,
         bit,
@@ -245,37 +269,64 @@ def layered_schedule(
         wants,
         held_arr,
         have_arr,
-        np.zeros(n_chunks, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
     )
-    # lacking[j]: chunks the tail of link j holds and its head neither has nor awaits, kept up
-    # to date at arrivals and commits, so links (and receivers) with nothing to offer are
-    # skipped without building their candidate lists
-    state.head_pos = head_pos
-    state.lacking = (held_arr[tail_pos] & ~have_arr[head_pos]).sum(axis=1).tolist()
-    lacking_of = state.lacking
-    state.score_list = [0] * n_chunks
+    # chunk part of the weights: one int64 buffer, read one entry at a time (score_list) and
+    # as an array (chunk_score)
+    state.score_list = array("q", bytes(8 * n_chunks))
+    state.chunk_score = np.frombuffer(state.score_list, dtype=np.int64) if n_chunks else np.zeros(0, np.int64)
     for ci in range(n_chunks):
         state.rescore(ci)
-    # per node: (link, head) of its out-links and (link, tail) of its in-links, as node ids;
-    # plain loops over the sets: a node has a handful of links and numpy's per-call cost
+    # cand: bit c of row j is set when the tail of link j holds chunk c and its head neither has
+    # nor awaits it (the link's candidate pairs before the relay filter; bits, so a layer scans
+    # an eighth of a byte per (link, chunk)); lacking[j]: their number. Both kept up to date at
+    # arrivals and commits, so a layer reads its pairs from cand instead of comparing the
+    # tails' and heads' rows, and links with nothing to offer are skipped
+    state.head_pos = head_pos
+    n_links = topo.num_links
+    row_bytes = (n_chunks + 7) // 8
+    cand_buf = bytearray(n_links * row_bytes)
+    cand = np.frombuffer(cand_buf, dtype=np.uint8).reshape(n_links, row_bytes)
+    lacking_init = np.zeros(n_links, dtype=np.int64)
+    for lo in range(0, n_links, 1024):
+        pairs = held_arr[tail_pos[lo : lo + 1024]] & ~have_arr[head_pos[lo : lo + 1024]]
+        lacking_init[lo : lo + 1024] = pairs.sum(axis=1)
+        cand[lo : lo + 1024] = np.packbits(pairs, axis=1, bitorder="little")
+    state.cand = cand
+    # an int64 buffer: the commits update single entries, the arrivals add with numpy
+    state.lacking = array("q", lacking_init.tobytes())
+    lacking_of = state.lacking
+    lacking_view = np.frombuffer(lacking_of, dtype=np.int64) if n_links else np.zeros(0, dtype=np.int64)
+    # out-links grouped by tail position (compressed rows), for the arrivals
+    out_flat = np.argsort(tail_pos, kind="stable").astype(np.intp)
+    out_ptr = np.searchsorted(tail_pos[out_flat], np.arange(n_nodes + 1)).astype(np.intp)
+    out_deg = np.diff(out_ptr)
+    # per node position: (link, head position) of its out-links and (link, tail position) of its
+    # in-links; plain loops over them: a node has a handful of links and numpy's per-call cost
     # would dominate -- except at hubs (a switch with hundreds of links), taken with numpy
-    out_pairs = [[(j, head[j]) for j in topo.out_links[v]] for v in nodes]
-    in_pairs = [[(j, tail[j]) for j in topo.in_links[v]] for v in nodes]
+    out_pairs = [[(j, int(head_pos[j])) for j in topo.out_links[v]] for v in nodes]
+    in_pairs = [[(j, int(tail_pos[j])) for j in topo.in_links[v]] for v in nodes]
     hub = [max(len(out_pairs[p]), len(in_pairs[p])) > _HUB_DEGREE for p in range(n_nodes)]
     in_arr = [np.array([j for j, _ in in_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
-    in_tail = [tail_pos[in_arr[p]] for p in range(n_nodes)]
-    out_arr = [np.array([j for j, _ in out_pairs[p]], dtype=np.intp) for p in range(n_nodes)]
-    out_head = [head_pos[out_arr[p]] for p in range(n_nodes)]
-    may_relay = np.asarray((~have_arr & ~wants.T).any(axis=1))
-    fast = _FastPath.build(instance, lat_arr, tail_pos, head_pos, self_target, may_relay)
     busy_until = fast.busy_until
+    # in_held[p, c]: in-links of node p whose tail holds chunk c, for the receivers whose
+    # in-links all have one latency (the "exclusive" term of the weights), kept up to date at
+    # arrivals instead of summed over the in-link tails every layer
+    in_held = np.zeros((n_nodes, n_chunks), dtype=np.uint8)
+    rows_u = np.flatnonzero(fast.uniform)
+    for lo in range(0, len(rows_u), 256):
+        r = rows_u[lo : lo + 256]
+        in_held[r] = held_arr[fast.in_tails[r]].sum(axis=1, dtype=np.uint8)
+    state.in_held = in_held
+    bits = [1 << p for p in range(n_nodes)]
 
-    pending: dict[int, list[tuple[int, int]]] = {}
-    s_slot: list[int] = []
-    s_link: list[int] = []
-    s_chunk: list[int] = []
+    pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
+    # the sends as three int32 columns until Schedule.from_columns
+    s_slot = array("i")
+    s_link = array("i")
+    s_chunk = array("i")
     last_outage = max((t for _, _, t in instance.outages), default=0)
-    limit = opts.max_layers or (10 * (len(coll.demands) + 1) * max(lat, default=1) + last_outage + 10)
+    limit = opts.max_layers or (10 * (n_demands + 1) * max(lat, default=1) + last_outage + 10)
     t = 0
     occ = [int(x) for x in instance.occupancy]
     # a one-slot send on a link of its own receiver's layer never meets another reservation
@@ -287,38 +338,58 @@ def layered_schedule(
     total = left
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
+    head_l = head_pos.tolist()
+    score = state.score_list
+    max_holders = state.max_holders
+    rank_part = [99 - min(r, 99) for r in rank]
+    cache = state.cache
+
+    slow = [reserve_all or o > 1 for o in occ]
+    unsat_n = [m.bit_count() for m in unsat]  # per chunk: its unsatisfied targets
 
     def commit(j: int, ci: int) -> None:
         nonlocal left
-        v = head[j]
-        pv = pos[v]
-        if reserve_all or occ[j] > 1:
+        pv = head_l[j]
+        if slow[j]:
             res.reserve(j, t)
             heapq.heappush(events, t + occ[j])
             busy_until[j] = t + occ[j]
         s_slot.append(t)
         s_link.append(j)
         s_chunk.append(ci)
-        have[v].add(ci)
-        have_arr[pv, ci] = True
+        key = pv * n_chunks + ci
+        have_buf[key] = 1
+        byte = ci >> 3
+        m = 1 << (ci & 7)
         if hub[pv]:
-            for k in in_arr[pv][held_arr[in_tail[pv], ci]].tolist():
+            for k in in_arr[pv][(cand[in_arr[pv], byte] & m) != 0].tolist():
+                cand_buf[k * row_bytes + byte] ^= m
                 lacking_of[k] -= 1
         else:
-            for k, u in in_pairs[pv]:
-                if ci in held[u]:
+            for k, _ in in_pairs[pv]:
+                if cand_buf[k * row_bytes + byte] & m:
+                    cand_buf[k * row_bytes + byte] ^= m
                     lacking_of[k] -= 1
         holders_count[ci] += 1
         arrive = t + lat[j]
-        pending.setdefault(arrive, []).append((v, ci))
-        avail[ci, pv] = arrive
-        wants[ci, pv] = False
-        state.cache.pop(ci, None)
-        b = bit[v]
-        if unsat[ci] & b:
-            unsat[ci] ^= b
+        pending.setdefault(arrive, []).append(key)
+        at = ci * n_nodes + pv
+        if wants_flat[at]:
+            wants_flat[at] = False
+            unsat_n[ci] -= 1
             left -= 1
-        state.rescore(ci)
+            if masks_read:
+                unsat[ci] ^= bits[pv]
+        if masks_read:
+            avail_flat[at] = arrive
+            if cache:
+                cache.pop(ci, None)
+        # the chunk part of the weights (_State.rescore, inlined: once per send)
+        score[ci] = (
+            min(max(max_holders - holders_count[ci], 0), 999) * 10**4
+            + min(unsat_n[ci], 99) * 100
+            + rank_part[ci]
+        )
 
     while left > 0:
         deadline.check()
@@ -334,17 +405,25 @@ def layered_schedule(
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
-        for v, ci in pending.pop(t, ()):
-            pv = pos[v]
-            held[v].add(ci)
-            held_arr[pv, ci] = True
-            if hub[pv]:
-                for k in out_arr[pv][~have_arr[out_head[pv], ci]].tolist():
-                    lacking_of[k] += 1
-            else:
-                for k, w in out_pairs[pv]:
-                    if ci not in have[w]:
-                        lacking_of[k] += 1
+        arrived = pending.pop(t, None)
+        if arrived:
+            # the layer's arrivals at once: holdings, then on every out-link of the new holder
+            # whose head lacks the chunk the candidate bit and count, and the in-link holder
+            # counts of its heads (ufunc.at: a link or node may get several chunks at once)
+            keys = np.asarray(arrived, dtype=np.int64)
+            held_arr.reshape(-1)[keys] = True
+            pv_a, ci_a = np.divmod(keys, n_chunks)
+            deg = out_deg[pv_a]
+            each = np.repeat(np.arange(len(keys)), deg)
+            ks = out_flat[out_ptr[pv_a][each] + np.arange(len(each)) - np.repeat(np.cumsum(deg) - deg, deg)]
+            cs = ci_a[each]
+            hs = head_pos[ks]
+            new = ~have_arr[hs, cs]
+            ks_new, cs_new = ks[new], cs[new]
+            np.bitwise_or.at(cand, (ks_new, cs_new >> 3), np.left_shift(1, cs_new & 7).astype(np.uint8))
+            lacking_view += np.bincount(ks_new, minlength=n_links)
+            counts_at = fast.uniform[hs]
+            np.add.at(in_held, (hs[counts_at], cs[counts_at]), 1)
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
@@ -381,8 +460,6 @@ def layered_schedule(
 class _State:
     """Per-layer state: who holds what, who still wants what, and static link facts."""
 
-    held: dict[int, set[int]]  # chunk indices a node holds at the current layer
-    have: dict[int, set[int]]  # ... holds or will hold (in flight)
     unsat: list[int]  # per chunk: bit mask of nodes that want it and do not have it
     useful: list[int]  # per link: bit mask of targets it leads towards
     bit: dict[int, int]
@@ -394,14 +471,16 @@ class _State:
     dmat: np.ndarray  # (V, V) shortest latency, inf when unreachable
     avail: np.ndarray  # (C, V) slot from which a node has the chunk (inf: never)
     wants: np.ndarray  # (C, V) bool: wants the chunk and does not have it
-    held_arr: np.ndarray  # (V, C) bool: ``held`` as an array
-    have_arr: np.ndarray  # (V, C) bool: ``have`` as an array
-    chunk_score: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    score_list: list[int] = field(default_factory=list)  # chunk_score as a list (read one at a time)
+    held_arr: np.ndarray  # (V + 1, C) bool: holds the chunk now (the last row: padding, False)
+    have_arr: np.ndarray  # (V, C) bool: holds it or has it in flight
+    chunk_score: np.ndarray  # per chunk: the chunk part of the weights (a view of score_list)
+    score_list: array[int] = field(default_factory=lambda: array("q"))  # read one at a time
     in_facts: dict[int, tuple[np.ndarray, np.ndarray, dict[int, int]]] = field(default_factory=dict)
     now: int = 0
     cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
-    lacking: list[int] = field(default_factory=list)  # per link (a list: updated one entry at a time)
+    lacking: array[int] = field(default_factory=lambda: array("q"))  # per link: its candidate count
+    cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (E, C/8) pair bits
+    in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
 
     def active_receivers(self) -> list[int]:
@@ -481,8 +560,9 @@ class _State:
 
     def rescore(self, ci: int) -> None:
         """Refresh the chunk part of :meth:`weights` (rarity, unsatisfied count, rank) of
-        ``ci``, in the array and in its list copy."""
-        self.score_list[ci] = self.chunk_score[ci] = (
+        ``ci`` (``chunk_score`` is a view of ``score_list``); the commit of
+        :func:`layered_schedule` computes the same inline."""
+        self.score_list[ci] = (
             min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
             + min(self.unsat[ci].bit_count(), 99) * 100
             + (99 - min(self.rank[ci], 99))
@@ -565,16 +645,18 @@ def _match_receiver(topo: Topology, res: Reservations, t: int, st: _State, commi
 
 @dataclass(frozen=True)
 class _FastPath:
-    """One layer of :func:`_match_per_receiver`, with the work done once per layer for all
-    receivers where no commit of another receiver can change it.
+    """One layer of :func:`_match_per_receiver`, with the work done for a block of receivers
+    at once where no commit of another receiver can change it.
 
     Within a layer, what a receiver ``v`` is offered depends on the holdings of its in-links'
     tails (fixed: arrivals are applied before the layer), on what ``v`` has (changed only by
     ``v``'s own commits, which come after its matching), on the free units of its in-links
     (reserved only by ``v``) and on the "exclusive" term of :meth:`_State.weights` (holdings
     again). So the candidate pairs (link, chunk), their "wanted" and "exclusive" terms are
-    computed for every receiver at once; only the chunk part of the weight (rarity and
-    unsatisfied count, which other receivers' commits change) is read at the receiver's turn.
+    computed for a block of receivers (about ``_BLOCK_LINKS`` in-links) at once, when the
+    block's first receiver's turn comes; only the chunk part of the weight (rarity and
+    unsatisfied count, which other receivers' commits change, downwards only) is read at the
+    receiver's turn, so the block's start weights bound it from above.
 
     The assignment of a receiver is then taken row by row (one row per free link unit, in
     the order of ``topo.in_links``): a row takes the lowest chunk of its largest weight that
@@ -690,9 +772,56 @@ class _FastPath:
         if not len(cl):
             return
         heads = self.head_pos[cl]
-        held_arr = st.held_arr
-        pl, pc = np.nonzero(held_arr[self.tail_pos[cl]] & ~st.have_arr[heads])
+        cuts = [*np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]).tolist(), len(cl)]
+        # receivers in blocks of about _BLOCK_LINKS links: a block's pairs and their weights are
+        # taken when its first receiver's turn comes, so the chunk scores they start from are
+        # at most a block old (scans stay short) while numpy still works on many pairs at once
+        g = 0
+        while g < len(cuts) - 1:
+            h = max(g + 1, bisect.bisect_right(cuts, cuts[g] + _BLOCK_LINKS) - 1)
+            self._block(topo, res, t, st, commit, cl, units, heads, lack, cuts[g : h + 1])
+            g = h
+
+    def _block(
+        self,
+        topo: Topology,
+        res: Reservations,
+        t: int,
+        st: _State,
+        commit: _Commit,
+        cl_all: np.ndarray,
+        units_all: np.ndarray,
+        heads_all: np.ndarray,
+        lack: np.ndarray,
+        cuts_all: list[int],
+    ) -> None:
+        """Match and commit the receivers of one block of :meth:`layer`: links
+        ``cuts_all[0] .. cuts_all[-1]-1`` of ``cl_all``, one receiver per segment of ``cuts_all``.
+
+        Nothing a receiver's matching reads other than the chunk scores changes between the
+        start of the layer and its turn (see the class docstring), so pairs taken now are
+        those of the start of the layer."""
+        first = cuts_all[0]
+        cuts = [c - first for c in cuts_all]
+        cl = cl_all[first : cuts_all[-1]]
+        units = units_all[first : cuts_all[-1]]
+        heads = heads_all[first : cuts_all[-1]]
+        links = cl.tolist()
+        counts_arr = lack[cl]
+        # pairs (link, chunk) of the fast receivers, link by link, chunks ascending
+        fast_at = np.flatnonzero(self.fast_recv[heads])
+        rows = st.cand[cl[fast_at]]
+        row_bytes = max(1, rows.shape[1])
+        flat = np.flatnonzero(rows)  # flat positions of nonzero bytes (cheaper than 2-D nonzero)
+        f = np.flatnonzero(_BITS[rows.reshape(-1)[flat]])
+        at = flat[f >> 3]
+        r = at // row_bytes
+        pl = fast_at[r]
+        pc = (at - r * row_bytes) * 8 + (f & 7)
+        pcount = np.where(self.fast_recv[heads], counts_arr, 0)
+        n_pairs = len(pc)
         prec = heads[pl]
+        held_arr = st.held_arr
         # a relay candidate (a chunk the receiver does not want) sends the receiver to the
         # general code; only receivers that lack a chunk they do not want can have one
         relay_at: set[int] = set()
@@ -700,53 +829,68 @@ class _FastPath:
             ask = np.flatnonzero(self.relay_check[prec])
             relay_at = set(np.unique(prec[ask[~st.wants[pc[ask], prec[ask]]]]).tolist())
         # "exclusive" term: rival in-links (another in-link at least as fast) whose tail holds
-        # the chunk; on receivers with one in-link latency, all in-link tails holding it less one
-        uni = self.uniform[prec]
-        others = np.zeros(len(pl), dtype=np.int64)
-        if uni.any():
-            rows = np.unique(heads)
-            count = np.zeros((len(self.uniform), held_arr.shape[1]), dtype=np.int16)
-            count[rows] = held_arr[self.in_tails[rows]].sum(axis=1, dtype=np.int16)
-            others = count[prec, pc].astype(np.int64) - 1
-        if not uni.all():
+        # the chunk; on receivers with one in-link latency, all in-link tails holding it less
+        # one (counted at arrivals, ``in_held``)
+        # every pair a fast receiver keeps is one it wants (the others went to the general
+        # code), so its fixed part is _BIG + 10**8 + max(0, 9 - others) * 10**7, from a table
+        if self.uniform[heads[fast_at]].all():
+            # in_held counts the pair's own tail too: _FIXED[1:] is indexed by others + 1
+            fixed = _FIXED[1:][st.in_held[prec, pc]]
+        else:
+            uni = self.uniform[prec]
+            fixed = np.zeros(len(pl), dtype=np.int64)
+            if uni.any():
+                fixed[uni] = _FIXED[st.in_held[prec[uni], pc[uni]].astype(np.intp) - 1]
             odd = np.flatnonzero(~uni)
-            others[odd] = held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)
-        # every pair a fast receiver keeps is one it wants (the others went to the general code)
-        fixed = (_BIG + 10**8) + np.maximum(0, 9 - others) * 10**7
-        starts_arr = np.searchsorted(pl, np.arange(len(cl) + 1))
+            fixed[odd] = _FIXED[held_arr[self.rivals[cl[pl[odd]]], pc[odd, None]].sum(axis=1)]
+        starts_arr = np.concatenate(([0], np.cumsum(pcount)))
         starts = starts_arr.tolist()
-        cuts_arr = np.concatenate(([0], np.flatnonzero(np.diff(heads)) + 1))
-        cuts = [*cuts_arr.tolist(), len(cl)]
-        links = cl.tolist()
         unit_l = units.tolist()
         heads_l = heads.tolist()
         chunk_score = st.chunk_score
-        # each link's pairs of nearly its largest weight at the start of the layer, sorted by
-        # that weight, largest first, lowest chunk first on a tie. Chunk scores only fall within
-        # a layer (more holders, fewer unsatisfied), so at the receiver's turn a scan for the
-        # largest weight now may stop at the first pair whose start weight is below the best
-        # found; when it runs past the pairs kept, the receiver's weights are computed in full
+        # each link's pairs of nearly its largest weight now, sorted by that weight, largest
+        # first, lowest chunk first on a tie. Chunk scores only fall within a layer (more
+        # holders, fewer unsatisfied), so at the receiver's turn a scan for the largest weight
+        # then may stop at the first pair whose weight now is below the best found; when it
+        # runs past the pairs kept, the receiver's weights are computed in full
         w0 = fixed + chunk_score[pc]
-        seg_starts = starts_arr[:-1]
-        floor = np.maximum.reduceat(w0, seg_starts) - _NEAR
+        if n_pairs:
+            floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - _NEAR
+        else:
+            floor = np.zeros(len(cl), dtype=np.int64)
         near = np.flatnonzero(w0 >= floor[pl])
-        near = near[np.lexsort((pc[near], -w0[near], pl[near]))]
-        near_starts = np.searchsorted(pl[near], np.arange(len(cl) + 1)).tolist()
+        # pairs come by link and chunk ascending: a stable sort by (link, weight descending)
+        # puts the lowest chunk first on a tie (floor <= w0 <= floor + _NEAR within a link)
+        near = near[np.argsort(pl[near] * (_NEAR + 1) + (floor[pl[near]] + _NEAR - w0[near]), kind="stable")]
+        near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
+        # at most _KEEP pairs per link: the floor of a cut link rises to the weight of its last
+        # kept pair; a pair left out weighs less, or as much with a higher chunk (_rows_scan)
+        rank = np.arange(len(near)) - near_starts_arr[:-1][pl[near]]
+        cut = np.diff(near_starts_arr) > _KEEP
+        if cut.any():
+            at = np.flatnonzero(cut)
+            floor[at] = w0[near[near_starts_arr[at] + _KEEP - 1]]
+            near = near[rank < _KEEP]
+            near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
+        near_starts = near_starts_arr.tolist()
+        cut_l = cut.tolist()
         s_chunk = pc[near].tolist()
         s_fixed = fixed[near].tolist()
         s_w0 = w0[near].tolist()
         floor_l = floor.tolist()
-        counts_arr = np.diff(starts_arr)
         score = st.score_list
 
         nodes = topo.node_ids
-        most = np.maximum.reduceat(counts_arr, cuts_arr).tolist()  # per receiver: most pairs of a link
+        # per receiver: most pairs of a link
+        most = np.maximum.reduceat(counts_arr, np.asarray(cuts[:-1], dtype=np.intp)).tolist()
         for g, (a, b) in enumerate(itertools.pairwise(cuts)):
             p = heads_l[a]
             if not self.fast_recv[p] or p in relay_at:
                 _match_receiver(topo, res, t, st, commit, nodes[p])
                 continue
-            chosen = _rows_scan(s_chunk, s_fixed, s_w0, score, near_starts, floor_l, unit_l, links, a, b)
+            chosen = _rows_scan(
+                s_chunk, s_fixed, s_w0, score, near_starts, floor_l, cut_l, unit_l, links, a, b
+            )
             if (
                 chosen is not None
                 and len(chosen) > most[g]
@@ -771,9 +915,10 @@ def _rows_scan(
     s_chunk: list[int],
     s_fixed: list[int],
     s_w0: list[int],
-    score: list[int],
+    score: Sequence[int],
     starts: list[int],
     floor: list[int],
+    cut: list[bool],
     units: list[int],
     links: list[int],
     a: int,
@@ -788,7 +933,9 @@ def _rows_scan(
     ``s_chunk``/``s_fixed``/``s_w0``: per kept pair its chunk, the fixed part of its weight and
     its weight at the start of the layer; link ``i``'s pairs are ``starts[i] .. starts[i+1]-1``,
     sorted by start weight, largest first, lowest chunk first on a tie, and are all its pairs
-    of start weight ``>= floor[i]``; ``score``: the current chunk part of the weights.
+    of start weight ``>= floor[i]``, except when ``cut[i]``: then they are its first pairs in
+    that order down to one of start weight ``floor[i]``, and a pair left out weighs less or
+    as much with a higher chunk; ``score``: the current chunk part of the weights.
     """
     taken: set[int] = set()
     chosen: list[tuple[int, int]] = []
@@ -816,8 +963,10 @@ def _rows_scan(
             if start == best and c not in taken:
                 ready += 1
         else:
-            if best < floor[i]:
-                return None  # a pair below the kept ones may weigh as much now
+            if best < floor[i] or (cut[i] and best == floor[i] and ready < need):
+                # a pair left out may weigh as much now (if it ties with the last kept one
+                # and enough untaken kept ones of that start weight are lowest, it does not)
+                return None
         for _ in range(need):
             free = [c for c in tops if c not in taken]
             if not free:
@@ -866,15 +1015,20 @@ def _assign(
 ) -> list[tuple[int, int]]:
     """The full assignment of one receiver, on the matrix :func:`_match_receiver` builds
     (rows: link units in order; columns: the offered chunks ascending; 0 where not offered)."""
-    cols, col_of = np.unique(chunks, return_inverse=True)
-    per_link = np.zeros((len(units), len(cols)), dtype=np.int64)
-    per_link[np.repeat(np.arange(len(units)), counts), col_of] = w
-    row_links = np.repeat(np.arange(len(units)), units)
-    mat = per_link[row_links]
+    cols = np.unique(chunks)
+    n = len(units)
+    per_link = np.zeros((n, len(cols)), dtype=np.int64)
+    per_link[np.repeat(np.arange(n), counts), np.searchsorted(cols, chunks)] = w
+    if max(units) == 1:
+        row_links = list(range(n))
+        mat = per_link
+    else:
+        row_links = [i for i, u in enumerate(units) for _ in range(u)]
+        mat = per_link[row_links]
     rows, colsel = linear_sum_assignment(mat, maximize=True)
-    return [
-        (links[int(row_links[r])], int(cols[k])) for r, k in zip(rows, colsel, strict=True) if mat[r, k] > 0
-    ]
+    keep = mat[rows, colsel] > 0
+    picked = zip(rows[keep].tolist(), cols[colsel[keep]].tolist(), strict=True)
+    return [(links[row_links[r]], k) for r, k in picked]
 
 
 def _match_single_port(topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
