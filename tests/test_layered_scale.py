@@ -90,7 +90,11 @@ def test_fast_path_equals_reference_matching(
 @pytest.mark.parametrize(("keep", "block"), [(1, 10**9), (2, 10**9), (3, 3)])
 @pytest.mark.parametrize(
     ("name", "inst", "opts"),
-    [c for c in _cases() if c[0] in ("torus6 allgather", "mesh5 allgather", "ndv2-3 allgather", "ndv2-2 64KB C=2")],
+    [
+        c
+        for c in _cases()
+        if c[0] in ("torus6 allgather", "mesh5 allgather", "ndv2-3 allgather", "ndv2-2 64KB C=2")
+    ],
     ids=["torus6", "mesh5", "ndv2-3", "ndv2-2 C=2"],
 )
 def test_fast_path_with_few_kept_pairs_equals_reference(
