@@ -58,8 +58,16 @@ BYTES_PER_TABLE_ENTRY = 120
 BYTES_PER_DEMAND = 2000
 """One (chunk, destination) delivery while solving: its send, tree and verifier records
 (~1400 measured for MTEG plus verification on DGX-1, C=200)."""
+BYTES_PER_DEMAND_OF = {"layered": 300}
+"""Methods that keep their deliveries in arrays: ``layered`` (dense holdings, candidate bits,
+send columns; the schedule kept as columns into the column verifier and the bound): 64x64
+torus AllGather, 16.8 million deliveries, 1.6 GB resident before the schedule is made,
+about 4 GB peak for the whole ``ccplan solve`` (docs/scale.md), rounded up."""
 BYTES_PER_LINK_SLOT = 200
 """One occupied (link, slot) record in the reservation tables and the verifier."""
+BYTES_PER_LINK_SLOT_OF = {"layered": 40}
+"""``layered``'s link-slots are rows of the column verifier's occupancy arrays (a few int64
+per occupied slot), not records in reservation tables."""
 BYTES_PER_HORIZON_SLOT = 64
 """One slot of the horizon in per-slot arrays (plots, progress, layered construction)."""
 BYTES_PER_NODE = 400
@@ -247,25 +255,42 @@ def horizon_lower_bound(instance: Instance) -> int:
     return best
 
 
-def estimate_solve(instance: Instance) -> Estimate:
+def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     """Memory of solving ``instance`` with a heuristic (and of its bounds and verification).
 
-    Deliveries (one send each at least), the link-slots they occupy (each delivery into a GPU
+    Deliveries (one send each at least; :data:`BYTES_PER_DEMAND`, or the method's own figure
+    in :data:`BYTES_PER_DEMAND_OF`), the link-slots they occupy (each delivery into a GPU
     occupies at least its cheapest in-link for ``l`` slots) and the per-slot arrays of the
-    horizon. The exact engine estimates its own model on top of this.
+    horizon. The exact engine estimates its own model on top of this. The deliveries are
+    counted per destination from the pre- and postcondition tables, without the collective's
+    tuple of ``(chunk, node)`` pairs (16.8 million tuples, 1.5 GB, at 4,096 GPUs).
     """
     topo = instance.topology
-    demands = instance.collective.demands
+    coll = instance.collective
     occupancy = instance.occupancy
-    cheapest_in = {v: min((int(occupancy[j]) for j in topo.in_links[v]), default=1) for v in topo.node_ids}
-    link_slots = sum(cheapest_in[node] for _chunk, node in demands)
+    per_delivery = BYTES_PER_DEMAND_OF.get(method or "", BYTES_PER_DEMAND)
+    per_link_slot = BYTES_PER_LINK_SLOT_OF.get(method or "", BYTES_PER_LINK_SLOT)
+    width = max(topo.node_ids) + 1
+    cheapest_in = np.ones(width, dtype=np.int64)
+    for v in topo.node_ids:
+        cheapest_in[v] = min((int(occupancy[j]) for j in topo.in_links[v]), default=1)
+    wanted = np.zeros(width, dtype=np.int64)
+    held_wanted = np.zeros(width, dtype=np.int64)
+    for chunk, nodes in coll.post:
+        wanted += np.bincount(np.asarray(nodes, dtype=np.int64), minlength=width)
+        for h in coll.holders[chunk]:
+            if h in nodes:
+                held_wanted[h] += 1
+    per_node = wanted - held_wanted
+    deliveries = int(per_node.sum())
+    link_slots = int((per_node * cheapest_in).sum())
     horizon = horizon_lower_bound(instance)
     total = (
-        len(demands) * BYTES_PER_DEMAND
-        + link_slots * BYTES_PER_LINK_SLOT
+        deliveries * per_delivery
+        + link_slots * per_link_slot
         + horizon * BYTES_PER_HORIZON_SLOT
     )
-    parts = [(len(demands) * BYTES_PER_DEMAND, f"{len(demands)} deliveries")]
+    parts = [(deliveries * per_delivery, f"{deliveries} deliveries")]
     worst = int(np.argmax(occupancy)) if len(occupancy) else 0
     slow = ""
     if len(occupancy) and int(occupancy[worst]) > 1:
@@ -274,7 +299,7 @@ def estimate_solve(instance: Instance) -> Estimate:
             f" (link {link.src}->{link.dst} at {link.bandwidth_GBps:g} GB/s occupies "
             f"{int(occupancy[worst]):.3g} slots per chunk)"
         )
-    parts.append((link_slots * BYTES_PER_LINK_SLOT, f"{link_slots:.3g} occupied link-slots{slow}"))
+    parts.append((link_slots * per_link_slot, f"{link_slots:.3g} occupied link-slots{slow}"))
     slots = f"a makespan of at least {horizon:.3g} slots (tau={instance.tau_us:.3g} us)"
     parts.append((horizon * BYTES_PER_HORIZON_SLOT, slots))
     driver = max(parts)[1]

@@ -332,7 +332,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
 
     opts = options or SolveOptions()
     engine = get_engine(method)
-    estimate_solve(instance).check()
+    estimate_solve(instance, method).check()
     start = time.perf_counter()
     if instance.collective.combining:
         from ccplan.heuristics.combine import NATIVE_COMBINING, solve_combining
