@@ -238,6 +238,25 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+PROGRESS_LOGGERS = ("ccplan.heuristics.layered",)
+"""Engines whose long runs note their progress on the log (``layered``: layer and deliveries
+done every 10 s); ``solve`` shows these notes on stderr unless ``--quiet``."""
+
+
+def _show_progress_notes(quiet: bool) -> None:
+    if quiet:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("  [progress] %(message)s"))
+    handler.setLevel(logging.INFO)
+    for name in PROGRESS_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False  # once on stderr, not again through the root's handler
+
+
 def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | None], None]:
     last = [0.0]
 
@@ -316,6 +335,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     instance = _instance(args, 1 if args.chunks == "auto" else None)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
+    _show_progress_notes(args.quiet)
     if args.solver:
         extra["solver"] = args.solver
     if args.strategy:

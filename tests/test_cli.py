@@ -375,3 +375,27 @@ def test_ctrl_c_ends_an_engine_stuck_in_native_code(tmp_path):
     assert proc.returncode == 130
     assert err.strip() == "ccplan: interrupted; nothing saved (the engine did not stop within 1 s)"
     assert flag.read_text() == "stop requested"
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_solve_shows_layered_progress_notes_unless_quiet(capsys, monkeypatch, quiet):
+    """``layered`` notes its progress on its log every ``_PROGRESS_EVERY`` seconds; ``solve``
+    shows these notes on stderr (set to 0 here so that a 6x6 torus writes some), and
+    ``--quiet`` hides them."""
+    import logging
+
+    from ccplan.heuristics import layered
+
+    monkeypatch.setattr(layered, "_PROGRESS_EVERY", 0.0)
+    logger = logging.getLogger("ccplan.heuristics.layered")
+    handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
+    try:
+        argv = ["solve", "--topology", "torus2d", "--topo-arg", "rows=6", "--topo-arg", "cols=6",
+                "--size", "1GB", "--method", "layered"]
+        assert main(argv + (["--quiet"] if quiet else [])) == 0
+    finally:
+        logger.handlers[:] = handlers
+        logger.propagate, logger.level = propagate, level
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if line.startswith("  [progress] layered: layer")]
+    assert (len(notes) == 0) if quiet else (len(notes) >= 2), err
