@@ -9,6 +9,8 @@ random ones of ``benchmarks/plain_cpsat.py`` (seed 1), written out with rounded 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ccplan.bounds import lower_bound_slots
@@ -167,3 +169,32 @@ def test_warm_start_under_a_time_limit_hands_over_the_heuristic_schedule() -> No
     assert res.details["heuristic_method"] == "heuristic"
     assert res.details["heuristic_makespan"] < ring_m
     assert lower_bound_slots(inst) <= res.makespan_slots <= res.details["heuristic_makespan"]
+
+
+def test_warm_start_of_a_tiny_model_is_one_round(monkeypatch) -> None:
+    """Below ``WARM_START_TINY_NONZEROS`` the warm start ends after its first heuristic
+    round (CP-SAT searches such a model in milliseconds); with the threshold at 0 the same
+    instance, on which the heuristic cannot reach the bound, runs the first round plus at
+    least ``WARM_START_PATIENCE`` more. Counted by wrapping the portfolio engine."""
+    from ccplan.methods import get_engine
+    from ccplan.model import exact
+    from ccplan.model.size import estimate_size
+
+    inst = ABOVE["switch-broadcast-C2-16MB-single-port"]
+    real = get_engine("heuristic")
+    calls: list[int] = []
+
+    def counting(instance, options):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(instance, options)
+
+    lower = lower_bound_slots(inst)
+    _best, span = exact._heuristic_until_stagnation(inst, SolveOptions(time_limit=60), counting,
+                                                    time.perf_counter(), lower)
+    assert span is not None and span > lower
+    assert estimate_size(inst, span).nonzeros < exact.WARM_START_TINY_NONZEROS
+    assert len(calls) == 1
+    calls.clear()
+    monkeypatch.setattr(exact, "WARM_START_TINY_NONZEROS", 0)
+    exact._heuristic_until_stagnation(inst, SolveOptions(time_limit=60), counting, time.perf_counter(), lower)
+    assert len(calls) >= 1 + exact.WARM_START_PATIENCE
