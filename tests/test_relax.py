@@ -7,6 +7,7 @@ checks the relaxation itself. A bound above an optimum fails the test.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from functools import cache
 
@@ -15,7 +16,7 @@ import pytest
 from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
-from ccplan.instances.topology import Topology
+from ccplan.instances.topology import Node, Topology
 from ccplan.methods import SolveOptions, solve
 from ccplan.model.relax import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
 
@@ -257,3 +258,18 @@ def test_certificate_from_duals() -> None:
     upper = kw["bounds"][:, 1]  # type: ignore[index]
     loose = relax._certified_maximum(NoDuals(*a_ub.shape), a_ub, kw["b_ub"], upper, c, 7)  # type: ignore[index]
     assert loose >= 7
+
+
+def test_node_ids_need_not_be_positions() -> None:
+    """Node ids are names, not row numbers: the mini chassis of the hand-derived test above
+    with every id shifted by 100 (and reversed declaration order) gives the same bound, 11."""
+    topo = mini_chassis(2, 4)
+    shift = 100
+    nodes = [Node(id=n.id + shift, kind=n.kind) for n in reversed(topo.nodes)]
+    links = [dataclasses.replace(lk, src=lk.src + shift, dst=lk.dst + shift) for lk in topo.links]
+    moved = Topology(name="mini-shifted", nodes=tuple(nodes), links=tuple(links))
+    base = make_instance(topo, make_collective("allgather", topo), "1MB")
+    inst = make_instance(moved, make_collective("allgather", moved), "1MB")
+    fb = flow_bound(inst, 0)
+    assert fb is not None and fb.slots == 11 == flow_bound(base, 0).slots  # type: ignore[union-attr]
+    assert max_flow_into(inst, 1 + shift, 10) < 7

@@ -49,13 +49,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import dijkstra
 
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
-from ccplan.instances.paths import latency_distances
+from ccplan.instances.paths import latency_matrix
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline
 from ccplan.methods import Outcome, SolveOptions, constructor_outcome, register
@@ -112,40 +110,6 @@ class LayeredOptions:
         return f"layered[slack={self.slack}" + ("" if self.seed is None else f",seed={self.seed}") + "]"
 
 
-def _distance_matrix(instance: Instance, pos: dict[int, int]) -> np.ndarray:
-    """All-pairs shortest latency ``d(u, w)`` (sum of ``L``) as a ``(V, V)`` array, inf when
-    ``w`` is unreachable from ``u``: one compiled Dijkstra per source (scipy's csgraph).
-
-    Parallel links keep their smallest ``L`` (a sparse matrix would add them up); integer
-    sums are exact in float64, so the values equal those of
-    :func:`ccplan.instances.paths.latency_distances`.
-    """
-    topo = instance.topology
-    n = len(pos)
-    lat = np.asarray(instance.latency, dtype=np.int64)
-    src = np.array([pos[lk.src] for lk in topo.links], dtype=np.int64)
-    dst = np.array([pos[lk.dst] for lk in topo.links], dtype=np.int64)
-    if not len(lat):
-        out = np.full((n, n), np.inf)
-        np.fill_diagonal(out, 0)
-        return out
-    if int(lat.min()) <= 0:
-        # csgraph reads a stored 0 as "no link": take the plain Dijkstra (L >= 1 in practice)
-        out = np.full((n, n), np.inf)
-        weights = [int(x) for x in lat]
-        for s, p in pos.items():
-            for v, d in latency_distances(topo, weights, [s]).items():
-                out[p, pos[v]] = d
-        return out
-    order = np.lexsort((lat, src * n + dst))
-    key = (src * n + dst)[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    sel = order[first]
-    graph = csr_matrix((lat[sel].astype(np.float64), (src[sel], dst[sel])), shape=(n, n))
-    return np.asarray(dijkstra(graph, directed=True))
-
-
 def _useful_masks(
     dmat: np.ndarray, lat: np.ndarray, tail_pos: np.ndarray, head_pos: np.ndarray, slack: int
 ) -> tuple[list[int], np.ndarray]:
@@ -199,7 +163,7 @@ def layered_schedule(
     tail_pos = np.array([pos[x] for x in tail], dtype=np.intp)
     head_pos = np.array([pos[x] for x in head], dtype=np.intp)
     lat_arr = np.asarray(lat, dtype=np.int64)
-    dmat = _distance_matrix(instance, pos)
+    dmat = latency_matrix(topo, instance.latency)  # rows and columns: pos (= node_index)
 
     chunks = list(coll.chunk_ids)
     n_chunks = len(chunks)

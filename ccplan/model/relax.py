@@ -68,9 +68,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
-from scipy.sparse.csgraph import shortest_path
 
 from ccplan.instances.instance import Instance
+from ccplan.instances.paths import latency_matrix
 
 log = logging.getLogger(__name__)
 
@@ -129,21 +129,6 @@ def applies(instance: Instance) -> bool:
     return not instance.bufferless and not instance.collective.combining
 
 
-def _distances(instance: Instance) -> np.ndarray:
-    topo = instance.topology
-    n = topo.num_nodes
-    lat = instance.latency
-    w: dict[tuple[int, int], float] = {}
-    for e, link in enumerate(topo.links):
-        # parallel links: the shortest latency; +eps keeps a zero-latency link an edge
-        key = (link.src, link.dst)
-        w[key] = min(w.get(key, np.inf), float(lat[e]))
-    rows, cols = zip(*w, strict=True) if w else ((), ())
-    graph = sp.csr_matrix((np.array(list(w.values())) + 1e-9, (rows, cols)), shape=(n, n))
-    dist = shortest_path(graph, method="D", directed=True)
-    return np.floor(dist + 1e-6)
-
-
 def _holders(instance: Instance) -> dict[object, tuple[int, ...]]:
     return {chunk: tuple(h) for chunk, h in instance.collective.pre}
 
@@ -159,19 +144,20 @@ def max_flow_into(
     ``time_limit`` (seconds) first."""
     topo = instance.topology
     n = topo.num_nodes
+    pos = topo.node_index  # rows and columns of dist, early and late
     D = int(horizon)
     if dist is None:
-        dist = _distances(instance)
+        dist = latency_matrix(topo, instance.latency)
     holders = _holders(instance)
     wanted = [c for c, w in instance.collective.demands if w == v]
     if not wanted:
         return 0.0
-    sources = sorted({h for c in wanted for h in holders[c] if h != v})
+    sources = sorted({pos[h] for c in wanted for h in holders[c] if h != v})
     # earliest slot a node can hold one of v's chunks; latest it can still help
     early = np.min(dist[sources, :], axis=0) if sources else np.full(n, np.inf)
-    for h in sources:
-        early[h] = 0.0
-    late = D - dist[:, v]
+    early[sources] = 0.0
+    to_v = dist[:, pos[v]]
+    late = D - to_v
     lat = instance.latency
     occ = instance.occupancy
 
@@ -179,20 +165,21 @@ def max_flow_into(
     f_index: dict[tuple[int, int], int] = {}
     for e, link in enumerate(topo.links):
         u, x = link.src, link.dst
-        if u == v or not np.isfinite(early[u]):
+        if u == v or not np.isfinite(early[pos[u]]):
             continue
-        if x != v and not np.isfinite(dist[x, v]):
+        if x != v and not np.isfinite(to_v[pos[x]]):
             continue
-        lo = int(early[u])
-        hi = D - int(lat[e]) - (0 if x == v else int(dist[x, v]))
+        lo = int(early[pos[u]])
+        hi = D - int(lat[e]) - (0 if x == v else int(to_v[pos[x]]))
         for t in range(lo, hi + 1):
             f_index[(e, t)] = col
             col += 1
     g_index: dict[tuple[int, int], int] = {}
-    for u in range(n):
-        if u == v or not np.isfinite(early[u]) or not np.isfinite(late[u]):
+    for u in topo.node_ids:
+        pu = pos[u]
+        if u == v or not np.isfinite(early[pu]) or not np.isfinite(late[pu]):
             continue
-        for t in range(int(early[u]), int(late[u])):
+        for t in range(int(early[pu]), int(late[pu])):
             g_index[(u, t)] = col
             col += 1
     a_index: dict[tuple[int, int], int] = {}
@@ -402,7 +389,7 @@ def flow_bound(
     if not applies(instance):
         return None
     t0 = time.perf_counter()
-    dist = _distances(instance)
+    dist = latency_matrix(instance.topology, instance.latency)
     order = list(destinations) if destinations is not None else _order(instance)
     need: dict[int, int] = defaultdict(int)
     for _c, w in instance.collective.demands:
