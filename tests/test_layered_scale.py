@@ -20,7 +20,7 @@ from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
-from ccplan.instances.paths import latency_distances
+from ccplan.instances.paths import latency_distances, latency_matrix
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -156,8 +156,8 @@ def test_distance_matrix_equals_dijkstra() -> None:
     """The compiled all-pairs latencies equal the plain Dijkstra's (parallel links included)."""
     for topo in (bt.ndv2(2), bt.amd(1), bt.leaf_spine(2, 4, 2)):
         inst = make_instance(topo, make_collective("allgather", topo), "1GB")
-        pos = {v: i for i, v in enumerate(topo.node_ids)}
-        dmat = layered._distance_matrix(inst, pos)
+        pos = topo.node_index
+        dmat = latency_matrix(topo, inst.latency)
         lat = [int(x) for x in inst.latency]
         for s in topo.node_ids:
             row = latency_distances(topo, lat, [s])
