@@ -312,20 +312,13 @@ def estimate_schedule(instance: Instance, schedule: Schedule, what: str = "verif
     The verifier records every slot a send occupies its link (``l`` slots per send), so the
     sum of ``l`` over the sends is exact here, not estimated.
     """
-    topo = instance.topology
     occupancy, _delay = slots_per_hop(instance)
     # from the columns, so a schedule kept as columns makes no Send objects here
     cols = schedule.columns()
-    width = max(topo.node_ids) + 1
-    keys = np.array([lk.src * width + lk.dst for lk in topo.links], dtype=np.int64)
-    order = np.argsort(keys)
-    # a send between ids the topology does not have is on no link (key -1)
-    on_nodes = (cols["src"] < width) & (cols["dst"] < width)
-    wanted = np.where(on_nodes, cols["src"] * width + cols["dst"], -1)
-    pos = np.minimum(np.searchsorted(keys[order], wanted), max(len(keys) - 1, 0))
-    known = keys[order][pos] == wanted if len(keys) else np.zeros(len(wanted), dtype=bool)
-    occ = np.asarray(occupancy, dtype=float)[order][pos] if len(keys) else np.ones(len(wanted))
-    link_slots = float(np.where(known, occ, 1.0).sum())
+    link = instance.topology.links_between(cols["src"], cols["dst"])
+    # a send on no link counts one slot
+    occ = np.append(np.asarray(occupancy, dtype=float), 1.0)
+    link_slots = float(occ[link].sum())
     if instance.single_port:
         link_slots *= 3
     last = schedule.last_slot + 1

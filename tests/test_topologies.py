@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from ccplan.errors import ValidationError
@@ -483,3 +484,18 @@ def test_heuristics_on_fat_tree(method: str) -> None:
     bound = lower_bound_slots(inst)
     assert bound >= 15
     assert report.makespan_slots is not None and report.makespan_slots >= bound
+
+
+def test_links_between_is_link_index_for_arrays() -> None:
+    """``links_between`` answers what ``link_index`` answers, pair by pair (-1 for no link),
+    on every ordered pair of node ids of a few topologies plus ids they do not have."""
+    from ccplan.instances import builtin as bt
+
+    for topo in (bt.dgx1(), bt.ndv2(2), bt.amd(1), bt.leaf_spine(2, 4, 2)):
+        ids = [*topo.node_ids, max(topo.node_ids) + 1, 10**6]
+        pairs = [(a, b) for a in ids for b in ids]
+        src = np.array([a for a, _ in pairs])
+        dst = np.array([b for _, b in pairs])
+        want = [topo.link_index.get(p, -1) for p in pairs]
+        assert topo.links_between(src, dst).tolist() == want
+        assert sum(w >= 0 for w in want) == topo.num_links

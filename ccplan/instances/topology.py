@@ -201,6 +201,29 @@ class Topology:
         return {link.key: i for i, link in enumerate(self.links)}
 
     @cached_property
+    def _link_keys(self) -> tuple[int, np.ndarray, np.ndarray]:
+        """``(width, keys, order)``: ``src * width + dst`` per link (ids below ``width``) and
+        the order that sorts them, for :meth:`links_between`."""
+        width = max(self.node_ids) + 1
+        keys = np.array([lk.src * width + lk.dst for lk in self.links], dtype=np.int64)
+        return width, keys, np.argsort(keys)
+
+    def links_between(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """:attr:`link_index` for arrays of node ids: the position of link ``src[i] ->
+        dst[i]`` in :attr:`links`, or -1 where there is no such link (ids the topology does
+        not have included); one binary search over the sorted link keys."""
+        width, keys, order = self._link_keys
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if not len(keys):
+            return np.full(len(src), -1, dtype=np.int64)
+        inside = (src >= 0) & (src < width) & (dst >= 0) & (dst < width)
+        wanted = np.where(inside, src * width + dst, -1)
+        sorted_keys = keys[order]
+        pos = np.minimum(np.searchsorted(sorted_keys, wanted), len(keys) - 1)
+        return np.where(sorted_keys[pos] == wanted, order[pos], -1)
+
+    @cached_property
     def out_links(self) -> dict[int, tuple[int, ...]]:
         """Map node id -> indices of its outgoing links."""
         out: dict[int, list[int]] = {n: [] for n in self.node_ids}

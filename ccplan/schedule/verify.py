@@ -623,14 +623,11 @@ def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
     dst = _node_positions(instance, cols["dst"]).astype(np.int32)
     if num and (int(src.min()) < 0 or int(dst.min()) < 0):
         return None
-    link_keys = np.array([topo.node_index[lk.src] * n + topo.node_index[lk.dst] for lk in topo.links],
-                         dtype=np.int64)
-    link_order = np.argsort(link_keys)
-    pos, found = _find(link_keys[link_order], src.astype(np.int64) * n + dst)
-    if not found.all():
+    found_link = topo.links_between(cols["src"], cols["dst"])
+    if num and int(found_link.min()) < 0:
         return None
-    link = link_order[pos].astype(np.int32)
-    del pos, found
+    link = found_link.astype(np.int32)
+    del found_link
 
     # one holding per (chunk, node): the precondition's and the receipts' keys, sorted
     pre = _pair_keys(instance, coll.pre, chunk_pos)
