@@ -243,17 +243,32 @@ PROGRESS_LOGGERS = ("ccplan.heuristics.layered",)
 done every 10 s); ``solve`` shows these notes on stderr unless ``--quiet``."""
 
 
+class _ProgressNotes(logging.StreamHandler):  # type: ignore[type-arg]
+    """Shows :data:`PROGRESS_LOGGERS`' notes on the current stderr."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("  [progress] %(message)s"))
+        self.setLevel(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr  # the stderr of this call (tests swap it), not of the first
+        super().emit(record)
+
+
 def _show_progress_notes(quiet: bool) -> None:
-    if quiet:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("  [progress] %(message)s"))
-    handler.setLevel(logging.INFO)
+    """Attach one :class:`_ProgressNotes` per logger (``main`` may run several times in one
+    process), detached again under ``--quiet``."""
     for name in PROGRESS_LOGGERS:
         logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if isinstance(h, _ProgressNotes)]:
+            logger.removeHandler(old)
+        if quiet:
+            logger.propagate = True
+            continue
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
-        logger.addHandler(handler)
+        logger.addHandler(_ProgressNotes())
         logger.propagate = False  # once on stderr, not again through the root's handler
 
 
