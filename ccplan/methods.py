@@ -246,7 +246,6 @@ def run_constructor(
         return None, Outcome(schedule=None, status="unknown", details={"interrupted": True})
 
 
-
 def constructor_outcome(build: Callable[[Any], Schedule], time_limit: float | None, variant: str) -> Outcome:
     """:func:`run_constructor` for a constructor that returns a :class:`Schedule`: its
     ``feasible`` Outcome with ``details`` ``variant`` and ``seconds``, or the Outcome that
@@ -260,6 +259,7 @@ def constructor_outcome(build: Callable[[Any], Schedule], time_limit: float | No
         status="feasible",
         details={"variant": variant, "seconds": time.perf_counter() - start},
     )
+
 
 def register(name: str) -> Callable[[Engine], Engine]:
     """Decorator: register an engine under ``name``."""
