@@ -351,7 +351,7 @@ class _Run:
     interrupted: bool = False
     lower_bound_cut: bool = True
     auto_choice: str | None = None
-    warm_facts: dict[str, float] = field(default_factory=dict)
+    warm_facts: dict[str, Any] = field(default_factory=dict)  # first_round_seconds, companion
     solver_infeasible: int | None = None  # largest h a model without the D >= LB row refuted
     question_top: int | None = None  # largest h the strategy may ask (one model answers all)
     question_model: tuple[Any, int, bool] | None = None  # (model, its horizon, D >= LB row)
@@ -789,7 +789,7 @@ instances is two short rounds, a few hundredths of a second."""
 
 def _heuristic_until_stagnation(
     instance: Instance, options: SolveOptions, engine: Any, t0: float, lower: int,
-    facts: dict[str, float] | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> tuple[Schedule | None, int | None]:
     """The ``heuristic`` portfolio, budgeted by progress rather than by a fixed share; its
     best schedule and that schedule's makespan (None, None when it found none).
@@ -931,7 +931,7 @@ def _companions(
 
 
 def _warm_start(
-    instance: Instance, options: SolveOptions, lower: int, facts: dict[str, float] | None = None
+    instance: Instance, options: SolveOptions, lower: int, facts: dict[str, Any] | None = None
 ) -> tuple[Schedule | None, str, float]:
     """The heuristic schedule (or the built-in greedy one) and the name of its method."""
     t0 = time.perf_counter()
@@ -962,7 +962,7 @@ def _warm_start(
                 schedule, span = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
                 schedule, companion = _companions(instance, options, t0, schedule, span, lower)
                 if companion is not None and facts is not None:
-                    facts[f"companion_{companion}"] = 1.0
+                    facts["companion"] = companion
         except CCPlanError as exc:
             log.warning("warm-start method %r failed: %s", name, exc)
     if schedule is None or not verify(instance, schedule).ok:
@@ -1222,8 +1222,7 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         "warm_start_seconds": round(warm_seconds, 3),
         "warm_start_first_round_seconds": round(run.warm_facts.get("first_round_seconds", 0.0), 3),
         # a companion engine (WARM_START_COMPANIONS) whose schedule beat the portfolio's
-        "warm_start_companion": next((k.removeprefix("companion_") for k in run.warm_facts
-                                      if k.startswith("companion_")), None),
+        "warm_start_companion": run.warm_facts.get("companion"),
         "cpsat_status": last.get("status"),
         "best_bound": bound,
         "trajectory": [(round(t, 4), o, b) for t, o, b in run.trajectory],
