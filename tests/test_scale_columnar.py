@@ -62,6 +62,41 @@ def test_smaller_than_json(tmp_path, torus_run):
     assert (tmp_path / "s.npz").stat().st_size * 5 < sends_json
 
 
+def test_columns_are_written_narrow_and_read_back_exact(tmp_path):
+    """Each integer column is stored in the narrowest unsigned type holding its largest value
+    (numpy's ``min_scalar_type``): here node ids < 256 -> uint8, slots up to 70,000 -> uint32,
+    chunk index 300 -> uint16; reading widens them again, send for send."""
+    topo = bt.ring(3)
+    inst = make_instance(topo, make_collective("allgather", topo), "3MB")
+    sends = (
+        Send(slot=0, chunk=(0, 0), src=0, dst=1),
+        Send(slot=70_000, chunk=(2, 300), src=2, dst=0),
+    )
+    sched = Schedule.from_columns(
+        slot=np.array([s.slot for s in sends]),
+        chunk_source=np.array([s.chunk[0] for s in sends]),
+        chunk_index=np.array([s.chunk[1] for s in sends]),
+        src=np.array([s.src for s in sends]),
+        dst=np.array([s.dst for s in sends]),
+        method="hand",
+    )
+    path = tmp_path / "n.npz"
+    save_schedule(path, inst, sched)
+    with np.load(path) as data:
+        kinds = {k: data[k].dtype for k in ("slot", "chunk_source", "chunk_index", "src", "dst", "reduce")}
+    assert kinds == {
+        "slot": np.uint32,
+        "chunk_source": np.uint8,
+        "chunk_index": np.uint16,
+        "src": np.uint8,
+        "dst": np.uint8,
+        "reduce": np.bool_,
+    }
+    back = load_schedule(path)[1]
+    assert back.sends == sends
+    assert all(col.dtype == np.int64 for name, col in back.columns().items() if name != "reduce")
+
+
 def _write(path: Path, header: object, **cols: np.ndarray) -> None:
     with path.open("wb") as fh:
         np.savez(fh, header=np.array(json.dumps(header)), **cols)
@@ -81,7 +116,7 @@ def test_bad_files_are_named(tmp_path, torus_run):
     _write(bad, header, **{k: v for k, v in cols.items() if k != "dst"})
     with pytest.raises(ValidationError, match="'dst' is missing"):
         load_schedule(bad)
-    neg = dict(cols, slot=cols["slot"].copy())
+    neg = dict(cols, slot=cols["slot"].astype(np.int64))  # written unsigned: widen to hold -1
     neg["slot"][3] = -1
     _write(bad, header, **neg)
     with pytest.raises(ValidationError, match=r"slot\[3\] must be >= 0"):

@@ -4,8 +4,10 @@ A JSON schedule spends about 50 bytes per send on keys and digits (a million sen
 and parsing it builds a dict per send). The columnar file keeps the same content as numpy
 columns in a compressed ``.npz`` archive:
 
-- ``slot``, ``chunk_source``, ``chunk_index``, ``src``, ``dst``: int64, one entry per send,
-  in the schedule's chronological order;
+- ``slot``, ``chunk_source``, ``chunk_index``, ``src``, ``dst``: integers, one entry per
+  send, in the schedule's chronological order; written in the narrowest unsigned type that
+  holds the column (``uint16`` for node ids and slots below 65,536), read as any integer type
+  (a 64x64 torus AllGather: 10 bytes per send to compress instead of 41);
 - ``reduce``: bool, one entry per send;
 - ``header``: a 0-d unicode array holding JSON ``{"format": "ccplan-schedule-columnar/1",
   "method": ..., "instance": {...}}`` (the instance exactly as in the JSON file).
@@ -59,7 +61,11 @@ def save_columnar(path: str | Path, instance: Instance, schedule: Schedule) -> N
     tmp = staging_path(target)
     try:
         with tmp.open("wb") as fh:
-            arrays: dict[str, Any] = {"header": np.array(json.dumps(header)), **schedule_columns(schedule)}
+            arrays: dict[str, Any] = {"header": np.array(json.dumps(header))}
+            for name, col in schedule_columns(schedule).items():
+                # values are >= 0 (Schedule checks them): the narrowest unsigned type holds them
+                narrow = np.min_scalar_type(int(col.max())) if len(col) and name in COLUMNS else col.dtype
+                arrays[name] = col.astype(narrow, copy=False)
             np.savez_compressed(fh, **arrays)
         tmp.replace(target)
     except BaseException:
