@@ -33,6 +33,14 @@ compete for a chunk; the others (switches, relays) take one assignment each, rel
 filtered with bit masks over targets. The number of layers is the makespan, so a run costs
 about the candidate pairs summed over the layers, links x chunks / 8 bytes scanned per layer,
 and constant Python work per send.
+
+When every receiver is uniform (a torus or a mesh: few in-links of one latency, every chunk
+offered is wanted), a pair's weight depends on the receiver and the chunk only and never
+rises, so each link also keeps its pairs across layers in a heap (:class:`_HeapLists`) whose
+keys are refreshed only when they surface: a layer then costs the sends and the refreshed
+keys instead of every pair again. When the chunk scores fall together (every chunk gains
+holders each layer) many keys go stale at once; then both forms are timed and the cheaper
+one runs (:class:`_PathChoice`); they commit the same sends.
 """
 
 from __future__ import annotations
@@ -66,6 +74,10 @@ _Commit = Callable[[int, int], None]
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
+_HEAPS = True  # tests: False runs uniform receivers through the per-layer blocks instead
+_STORM = 4  # refreshed heap keys per send from which the blocks are timed against the heaps
+_PROBE_EVERY = 16  # then every this many layers, one layer runs the path not chosen (re-timed)
+_DROP_RATIO = 1.25  # heaps this much dearer per send than the blocks: dropped for the run
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
@@ -257,6 +269,7 @@ def layered_schedule(
         lacking_init[lo : lo + 1024] = pairs.sum(axis=1)
         cand[lo : lo + 1024] = np.packbits(pairs, axis=1, bitorder="little")
     state.cand = cand
+    state.have_flat = have_buf
     # an int64 buffer: the commits update single entries, the arrivals add with numpy
     state.lacking = array("q", lacking_init.tobytes())
     lacking_of = state.lacking
@@ -283,6 +296,18 @@ def layered_schedule(
         in_held[r] = held_arr[fast.in_tails[r]].sum(axis=1, dtype=np.uint8)
     state.in_held = in_held
     bits = [1 << p for p in range(n_nodes)]
+    # every receiver uniform (a torus, a mesh): each link keeps its candidate pairs across
+    # layers in a lazily refreshed heap (_HeapLists) instead of the blocks re-reading them
+    has_in = np.bincount(head_pos, minlength=n_nodes) > 0
+    heaps = (
+        _HeapLists.build(state, tail_pos, head_pos)
+        if _HEAPS
+        and not instance.single_port
+        and not _REFERENCE_LAYER
+        and not fast.relay_check.any()
+        and bool(fast.uniform[has_in].all())
+        else None
+    )
 
     pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
     # the sends as three int32 columns until Schedule.from_columns
@@ -300,6 +325,7 @@ def layered_schedule(
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
     total = left
+    choice = _PathChoice()
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
     head_l = head_pos.tolist()
@@ -361,11 +387,14 @@ def layered_schedule(
             # long runs (thousands of GPUs) say how far they are; the CLI shows it with -v
             next_note = time.perf_counter() + _PROGRESS_EVERY
             log.info(
-                "layered: layer %d, %d of %d deliveries done, %.0f s",
+                "layered: layer %d, %d of %d deliveries done, %.0f s%s",
                 t,
                 total - left,
                 total,
                 time.perf_counter() - started,
+                ""
+                if heaps is None
+                else f" (heaps: {heaps.refreshed} keys refreshed, {heaps.assigned} full assignments)",
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
@@ -388,12 +417,25 @@ def layered_schedule(
             lacking_view += np.bincount(ks_new, minlength=n_links)
             counts_at = fast.uniform[hs]
             np.add.at(in_held, (hs[counts_at], cs[counts_at]), 1)
+            if heaps is not None:
+                heaps.push(ks_new, cs_new, hs[new])
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
             _match_single_port(topo, res, t, state, commit)
         elif _REFERENCE_LAYER:
             _match_per_receiver(topo, res, t, state, commit)
+        elif heaps is not None and choice.heaps_next():
+            began = time.process_time()  # CPU time: other processes do not skew the choice
+            refreshed = fast.heap_layer(res, t, state, commit, heaps)
+            choice.record(True, time.process_time() - began, len(s_slot) - before, refreshed)
+            if choice.drop_heaps():
+                log.debug("layered: layer %d: the blocks are cheaper, heaps dropped", t)
+                heaps = None  # stop pushing pairs into them as well
+        elif heaps is not None:
+            began = time.process_time()
+            fast.layer(topo, res, t, state, commit)
+            choice.record(False, time.process_time() - began, len(s_slot) - before, 0)
         else:
             fast.layer(topo, res, t, state, commit)
         if len(s_slot) > before:
@@ -446,6 +488,7 @@ class _State:
     cand: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (E, C/8) pair bits
     in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
+    have_flat: bytearray = field(default_factory=bytearray)  # have_arr's buffer, read one byte at a time
 
     def active_receivers(self) -> list[int]:
         """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
@@ -714,12 +757,16 @@ class _FastPath:
             busy_until=np.zeros(topo.num_links, dtype=np.int64),
         )
 
-    def layer(self, topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
-        """Match and commit every receiver of layer ``t``, in ascending node position."""
+    def _free_links(
+        self, res: Reservations, t: int, st: _State
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int], np.ndarray] | None:
+        """The links of layer ``t`` with a candidate pair and a free unit, in ``order``: the
+        links, their free units, their heads, the start of each receiver's run of links (and
+        its end) and every link's candidate count; None when there is none."""
         lack = np.fromiter(st.lacking, dtype=np.int64, count=len(st.lacking))
         cl = self.order[lack[self.order] > 0]
         if not len(cl):
-            return
+            return None
         # free units at the start of the layer: omega for one-slot links (nothing reserved
         # their slot yet), the reservations for longer windows
         units = self.cap[cl]
@@ -734,9 +781,17 @@ class _FastPath:
         keep = units > 0
         cl, units = cl[keep], units[keep]
         if not len(cl):
-            return
+            return None
         heads = self.head_pos[cl]
         cuts = [*np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]).tolist(), len(cl)]
+        return cl, units, heads, cuts, lack
+
+    def layer(self, topo: Topology, res: Reservations, t: int, st: _State, commit: _Commit) -> None:
+        """Match and commit every receiver of layer ``t``, in ascending node position."""
+        got = self._free_links(res, t, st)
+        if got is None:
+            return
+        cl, units, heads, cuts, lack = got
         # receivers in blocks of about _BLOCK_LINKS links: a block's pairs and their weights are
         # taken when its first receiver's turn comes, so the chunk scores they start from are
         # at most a block old (scans stay short) while numpy still works on many pairs at once
@@ -745,6 +800,95 @@ class _FastPath:
             h = max(g + 1, bisect.bisect_right(cuts, cuts[g] + _BLOCK_LINKS) - 1)
             self._block(topo, res, t, st, commit, cl, units, heads, lack, cuts[g : h + 1])
             g = h
+
+    def heap_layer(self, res: Reservations, t: int, st: _State, commit: _Commit, heaps: _HeapLists) -> int:
+        """:meth:`layer` when every receiver is uniform, from the per-link heaps.
+
+        A uniform receiver's pair weight is ``_FIXED[1:][in_held[p, c]] + score[c]`` (wanted,
+        and the exclusive term counts the in-link tails holding ``c``): a function of the
+        receiver and the chunk, never rising (``in_held`` only grows, the chunk score only
+        falls). So each link's heap, keyed by a weight at least the current one, yields the
+        current maximum by refreshing its top until the top is current. The row-by-row rule
+        then reads the pairs of the largest weight in chunk order, as :func:`_rows_scan` does
+        on all pairs; when it fails (every best chunk of a row taken by an earlier row) the
+        receiver's full assignment is solved from its candidate bits, as in :meth:`_block`.
+        """
+        got = self._free_links(res, t, st)
+        if got is None:
+            return 0
+        cl, units, _heads, cuts, _lack = got
+        links = cl.tolist()
+        unit_l = units.tolist()
+        heads_l = _heads.tolist()
+        n_chunks = st.held_arr.shape[1]
+        shift, mask, lists = heaps.shift, heaps.mask, heaps.lists
+        have = st.have_flat
+        inh = heaps.in_held_flat
+        fix = heaps.fixed
+        score = st.score_list
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        refreshed = 0
+        for a, b in itertools.pairwise(cuts):
+            base = heads_l[a] * n_chunks
+            taken: set[int] = set()
+            chosen: list[tuple[int, int]] = []
+            back: list[tuple[list[int], int]] = []  # popped keys, pushed back after the receiver
+            failed = False
+            for i in range(a, b):
+                h = lists[links[i]]
+                need = unit_l[i]
+                best = -1
+                got_n = 0
+                while h:
+                    key = h[0]
+                    c = key & mask
+                    stale = (c - key) >> shift
+                    if stale < best:
+                        break  # the rest weigh at most their keys now: less than the best
+                    if have[base + c]:
+                        pop(h)  # the receiver has the chunk (or awaits it): the pair is gone
+                        continue
+                    w = fix[inh[base + c]] + score[c]
+                    if w < stale:
+                        replace(h, c - (w << shift))
+                        refreshed += 1
+                        continue
+                    # current and the largest left: equal to best once best is set
+                    best = w
+                    pop(h)
+                    back.append((h, key))
+                    if c not in taken:
+                        taken.add(c)
+                        chosen.append((links[i], c))
+                        got_n += 1
+                        if got_n == need:
+                            break
+                if got_n < need:
+                    failed = True  # the assignment may re-route an earlier row
+                    break
+            for h, key in back:
+                if failed or (key & mask) not in taken:
+                    push(h, key)
+            if failed:
+                heaps.assigned += 1
+                chosen = self._assign_from_bits(st, heads_l[a], cl[a:b], unit_l[a:b], links[a:b])
+            for j, c in chosen:
+                commit(j, c)
+        heaps.refreshed += refreshed
+        return refreshed
+
+    @staticmethod
+    def _assign_from_bits(
+        st: _State, p: int, cl: np.ndarray, units: list[int], links: list[int]
+    ) -> list[tuple[int, int]]:
+        """:func:`_assign` of uniform receiver ``p`` on links ``cl``, its pairs read from the
+        candidate bits (link by link, chunks ascending) with their current weights."""
+        n_chunks = st.held_arr.shape[1]
+        offered = np.unpackbits(st.cand[cl], axis=1, count=n_chunks, bitorder="little").view(np.bool_)
+        row, chunk = np.nonzero(offered)
+        w = _FIXED[1:][st.in_held[p, chunk]] + st.chunk_score[chunk]
+        counts = np.bincount(row, minlength=len(links))
+        return _assign(w, chunk, counts, units, links)
 
     def _block(
         self,
@@ -873,6 +1017,101 @@ class _FastPath:
                     chosen = [(links[a + i], ci) for i, ci in found]
             for j, ci in chosen:
                 commit(j, ci)
+
+
+@dataclass
+class _PathChoice:
+    """Which of two exact forms of a layer runs next when both exist: the heaps
+    (:meth:`_FastPath.heap_layer`) or the blocks (:meth:`_FastPath.layer`). They commit the
+    same sends, so the choice only decides the time. Heaps are cheap while few keys go stale;
+    once a layer refreshes more than ``_STORM`` keys per send (chunk scores falling together),
+    both are timed per send, the cheaper runs, and every ``_PROBE_EVERY`` layers the other
+    runs once to be re-timed (its cost changes as pairs grow)."""
+
+    timing: bool = False  # a storm was seen: choose by the measured cost
+    cost: dict[bool, float] = field(default_factory=dict)  # seconds per send, by "heaps?"
+    since_probe: int = 0
+
+    def heaps_next(self) -> bool:
+        """Whether the next layer runs on the heaps."""
+        if not self.timing:
+            return True
+        if len(self.cost) < 2:
+            return False  # not timed yet: the blocks
+        self.since_probe += 1
+        cheaper = self.cost[True] <= self.cost[False]
+        if self.since_probe >= _PROBE_EVERY:
+            self.since_probe = 0
+            return not cheaper
+        return cheaper
+
+    def drop_heaps(self) -> bool:
+        """After a heap layer: whether the heaps cost clearly more per send than the blocks
+        (then they are dropped for the rest of the run: keeping them means a push per pair)."""
+        return len(self.cost) == 2 and self.cost[True] > _DROP_RATIO * self.cost[False]
+
+    def record(self, heaps: bool, seconds: float, sent: int, refreshed: int) -> None:
+        """Account one layer: its path, time, sends and (heaps) refreshed keys."""
+        if sent <= 0:
+            return
+        if heaps and refreshed > _STORM * sent:
+            self.timing = True
+        per_send = seconds / sent
+        old = self.cost.get(heaps)
+        # smoothed: a layer's cost is noisy (arrivals, other processes)
+        self.cost[heaps] = per_send if old is None else 0.5 * old + 0.5 * per_send
+
+
+@dataclass
+class _HeapLists:
+    """Per link, its candidate pairs as a heap of keys ``chunk - (weight << shift)``: the
+    smallest key is the largest weight, lowest chunk first. A key's weight is the pair's weight
+    when pushed or last refreshed, never below its current weight (see
+    :meth:`_FastPath.heap_layer`); pairs whose receiver got the chunk stay until they surface.
+    Pushed once per pair: at the start and when the link's tail receives a chunk its head
+    lacks."""
+
+    lists: list[list[int]]
+    shift: int
+    mask: int
+    fixed: list[int]  # _FIXED[1:] as a list: indexed by the in-link tails holding the chunk
+    in_held_flat: memoryview  # _State.in_held, one byte per (receiver, chunk)
+    state: _State
+    refreshed: int = 0  # keys refreshed so far (the progress notes show them)
+    assigned: int = 0  # receivers whose row-by-row rule failed, solved in full
+
+    @classmethod
+    def build(cls, st: _State, tail_pos: np.ndarray, head_pos: np.ndarray) -> _HeapLists:
+        """Heaps of the pairs at the start (``st.cand`` and ``st.in_held`` set up)."""
+        n_chunks = st.held_arr.shape[1]
+        shift = max(1, n_chunks.bit_length())
+        out = cls(
+            lists=[[] for _ in range(len(head_pos))],
+            shift=shift,
+            mask=(1 << shift) - 1,
+            fixed=_FIXED[1:].tolist(),
+            in_held_flat=st.in_held.reshape(-1).data,
+            state=st,
+        )
+        for lo in range(0, len(head_pos), 1024):
+            block = np.unpackbits(st.cand[lo : lo + 1024], axis=1, count=n_chunks, bitorder="little")
+            ks, cs = np.nonzero(block)
+            out.push(ks + lo, cs, head_pos[ks + lo])
+        for h in out.lists:
+            heapq.heapify(h)
+        return out
+
+    def push(self, links: np.ndarray, chunks: np.ndarray, heads: np.ndarray) -> None:
+        """Add the pairs ``(links[i], chunks[i])`` (into ``heads[i]``) at their current weights."""
+        if not len(links):
+            return
+        st = self.state
+        w = _FIXED[1:][st.in_held[heads, chunks]] + st.chunk_score[chunks]
+        keys = chunks.astype(np.int64) - (w << self.shift)
+        lists = self.lists
+        push = heapq.heappush
+        for j, key in zip(links.tolist(), keys.tolist(), strict=True):
+            push(lists[j], key)
 
 
 def _rows_scan(
