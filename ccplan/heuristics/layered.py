@@ -1218,10 +1218,15 @@ def _assign(
 ) -> list[tuple[int, int]]:
     """The full assignment of one receiver, on the matrix :func:`_match_receiver` builds
     (rows: link units in order; columns: the offered chunks ascending; 0 where not offered)."""
-    cols = np.unique(chunks)
+    # the columns as a mask over chunk ids: a chunk's column is the count of offered chunks
+    # below it (no sort: np.unique and searchsorted were half of a call at 4,096 GPUs)
+    mask = np.zeros(int(chunks.max()) + 1 if len(chunks) else 0, dtype=bool)
+    mask[chunks] = True
+    cols = np.flatnonzero(mask)
+    col_of = np.cumsum(mask) - 1
     n = len(units)
     per_link = np.zeros((n, len(cols)), dtype=np.int64)
-    per_link[np.repeat(np.arange(n), counts), np.searchsorted(cols, chunks)] = w
+    per_link[np.repeat(np.arange(n), counts), col_of[chunks]] = w
     if max(units) == 1:
         row_links = list(range(n))
         mat = per_link
