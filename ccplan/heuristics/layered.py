@@ -394,7 +394,7 @@ def layered_schedule(
                 time.perf_counter() - started,
                 ""
                 if heaps is None
-                else f" (heaps: {heaps.refreshed} keys refreshed or skipped, {heaps.assigned} assignments)",
+                else f" (heaps: {heaps.refreshed} keys refreshed, {heaps.assigned} full assignments)",
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
