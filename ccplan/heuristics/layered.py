@@ -300,7 +300,7 @@ def layered_schedule(
     # layers in a lazily refreshed heap (_HeapLists) instead of the blocks re-reading them
     has_in = np.bincount(head_pos, minlength=n_nodes) > 0
     heaps = (
-        _HeapLists.build(state)
+        _HeapLists.build(state, tail_pos, head_pos)
         if _HEAPS
         and not instance.single_port
         and not _REFERENCE_LAYER
@@ -416,15 +416,9 @@ def layered_schedule(
             np.bitwise_or.at(cand, (ks_new, cs_new >> 3), np.left_shift(1, cs_new & 7).astype(np.uint8))
             lacking_view += np.bincount(ks_new, minlength=n_links)
             counts_at = fast.uniform[hs]
-            if heaps is not None:
-                # a chunk enters a receiver's heap when the first in-link tail holds it (two
-                # tails may get it in one layer: once)
-                hs_new = hs[new]
-                fresh = in_held[hs_new, cs_new] == 0
-                entering = np.unique(hs_new[fresh] * n_chunks + cs_new[fresh])
             np.add.at(in_held, (hs[counts_at], cs[counts_at]), 1)
             if heaps is not None:
-                heaps.push(*np.divmod(entering, n_chunks))
+                heaps.push(ks_new, cs_new, hs[new])
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
@@ -808,20 +802,16 @@ class _FastPath:
             g = h
 
     def heap_layer(self, res: Reservations, t: int, st: _State, commit: _Commit, heaps: _HeapLists) -> int:
-        """:meth:`layer` when every receiver is uniform, from the per-receiver heaps.
+        """:meth:`layer` when every receiver is uniform, from the per-link heaps.
 
         A uniform receiver's pair weight is ``_FIXED[1:][in_held[p, c]] + score[c]`` (wanted,
         and the exclusive term counts the in-link tails holding ``c``): a function of the
-        receiver and the chunk, the same on each of its in-links, never rising (``in_held`` only
-        grows, the chunk score only falls). So one heap per receiver, keyed by a weight at least
-        the current one, yields its chunks in current weight order (largest first, lowest chunk
-        first on a tie) by refreshing the top until the top is current. Each row (in-link unit,
-        in order) reads that order, skipping chunks its tail does not hold: the row-by-row rule
-        of :func:`_rows_scan` on all pairs. When it fails (every best chunk of a row taken by
-        an earlier row) the receiver's full assignment is solved from its candidate bits, as in
-        :meth:`_block`.
-
-        Returns the keys refreshed and chunks skipped (work beyond the sends).
+        receiver and the chunk, never rising (``in_held`` only grows, the chunk score only
+        falls). So each link's heap, keyed by a weight at least the current one, yields the
+        current maximum by refreshing its top until the top is current. The row-by-row rule
+        then reads the pairs of the largest weight in chunk order, as :func:`_rows_scan` does
+        on all pairs; when it fails (every best chunk of a row taken by an earlier row) the
+        receiver's full assignment is solved from its candidate bits, as in :meth:`_block`.
         """
         got = self._free_links(res, t, st)
         if got is None:
@@ -830,69 +820,43 @@ class _FastPath:
         links = cl.tolist()
         unit_l = units.tolist()
         heads_l = _heads.tolist()
-        tails_l = self.tail_pos[cl].tolist()
         n_chunks = st.held_arr.shape[1]
         shift, mask, lists = heaps.shift, heaps.mask, heaps.lists
         have = st.have_flat
-        held = heaps.held_flat
         inh = heaps.in_held_flat
         fix = heaps.fixed
         score = st.score_list
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        extra = 0
+        refreshed = 0
         for a, b in itertools.pairwise(cuts):
-            p = heads_l[a]
-            base = p * n_chunks
-            h = lists[p]
-            # chunks taken off the heap for this receiver, in order (weight, then chunk), with
-            # their current weights: the rows after the first read them before the heap
-            seen_c: list[int] = []
-            seen_w: list[int] = []
+            base = heads_l[a] * n_chunks
             taken: set[int] = set()
             chosen: list[tuple[int, int]] = []
+            back: list[tuple[list[int], int]] = []  # popped keys, pushed back after the receiver
             failed = False
             for i in range(a, b):
-                tail = tails_l[i] * n_chunks
+                h = lists[links[i]]
                 need = unit_l[i]
                 best = -1
                 got_n = 0
-                done = False
-                for c, w in zip(seen_c, seen_w, strict=True):
-                    if not held[tail + c]:
-                        continue
-                    if w < best:
-                        done = True
-                        break
-                    best = w
-                    if c not in taken:
-                        taken.add(c)
-                        chosen.append((links[i], c))
-                        got_n += 1
-                        if got_n == need:
-                            done = True
-                            break
-                while not done and h:
+                while h:
                     key = h[0]
                     c = key & mask
                     stale = (c - key) >> shift
                     if stale < best:
                         break  # the rest weigh at most their keys now: less than the best
                     if have[base + c]:
-                        pop(h)  # the receiver has the chunk (or awaits it): gone for good
+                        pop(h)  # the receiver has the chunk (or awaits it): the pair is gone
                         continue
                     w = fix[inh[base + c]] + score[c]
                     if w < stale:
                         replace(h, c - (w << shift))
-                        extra += 1
+                        refreshed += 1
                         continue
-                    pop(h)
-                    seen_c.append(c)
-                    seen_w.append(w)
-                    if not held[tail + c]:
-                        extra += 1  # another in-link's chunk
-                        continue
-                    # current, and no other left weighs more: equal to best once best is set
+                    # current and the largest left: equal to best once best is set
                     best = w
+                    pop(h)
+                    back.append((h, key))
                     if c not in taken:
                         taken.add(c)
                         chosen.append((links[i], c))
@@ -902,16 +866,16 @@ class _FastPath:
                 if got_n < need:
                     failed = True  # the assignment may re-route an earlier row
                     break
-            for c, w in zip(seen_c, seen_w, strict=True):
-                if failed or c not in taken:
-                    push(h, c - (w << shift))
+            for h, key in back:
+                if failed or (key & mask) not in taken:
+                    push(h, key)
             if failed:
                 heaps.assigned += 1
-                chosen = self._assign_from_bits(st, p, cl[a:b], unit_l[a:b], links[a:b])
+                chosen = self._assign_from_bits(st, heads_l[a], cl[a:b], unit_l[a:b], links[a:b])
             for j, c in chosen:
                 commit(j, c)
-        heaps.refreshed += extra
-        return extra
+        heaps.refreshed += refreshed
+        return refreshed
 
     @staticmethod
     def _assign_from_bits(
@@ -1100,55 +1064,54 @@ class _PathChoice:
 
 @dataclass
 class _HeapLists:
-    """Per receiver, the chunks some in-link tail holds and it lacks, as a heap of keys
-    ``chunk - (weight << shift)``: the smallest key is the largest weight, lowest chunk first.
-    A key's weight is the chunk's weight at the receiver when pushed or last refreshed, never
-    below its current weight (see :meth:`_FastPath.heap_layer`); chunks the receiver got stay
-    until they surface. Pushed once per (receiver, chunk): at the start and when the first
-    in-link tail receives the chunk."""
+    """Per link, its candidate pairs as a heap of keys ``chunk - (weight << shift)``: the
+    smallest key is the largest weight, lowest chunk first. A key's weight is the pair's weight
+    when pushed or last refreshed, never below its current weight (see
+    :meth:`_FastPath.heap_layer`); pairs whose receiver got the chunk stay until they surface.
+    Pushed once per pair: at the start and when the link's tail receives a chunk its head
+    lacks."""
 
     lists: list[list[int]]
     shift: int
     mask: int
     fixed: list[int]  # _FIXED[1:] as a list: indexed by the in-link tails holding the chunk
     in_held_flat: memoryview  # _State.in_held, one byte per (receiver, chunk)
-    held_flat: memoryview  # _State.held_arr, one byte per (node, chunk)
     state: _State
-    refreshed: int = 0  # keys refreshed and chunks skipped so far (the progress notes show them)
+    refreshed: int = 0  # keys refreshed so far (the progress notes show them)
     assigned: int = 0  # receivers whose row-by-row rule failed, solved in full
 
     @classmethod
-    def build(cls, st: _State) -> _HeapLists:
-        """Heaps of the start (``st.in_held`` and ``st.have_arr`` set up)."""
-        n_nodes, n_chunks = st.have_arr.shape
+    def build(cls, st: _State, tail_pos: np.ndarray, head_pos: np.ndarray) -> _HeapLists:
+        """Heaps of the pairs at the start (``st.cand`` and ``st.in_held`` set up)."""
+        n_chunks = st.held_arr.shape[1]
         shift = max(1, n_chunks.bit_length())
         out = cls(
-            lists=[[] for _ in range(n_nodes)],
+            lists=[[] for _ in range(len(head_pos))],
             shift=shift,
             mask=(1 << shift) - 1,
             fixed=_FIXED[1:].tolist(),
             in_held_flat=st.in_held.reshape(-1).data,
-            held_flat=st.held_arr.reshape(-1).data,
             state=st,
         )
-        for lo in range(0, n_nodes, 256):
-            ps, cs = np.nonzero((st.in_held[lo : lo + 256] > 0) & ~st.have_arr[lo : lo + 256])
-            out.push(ps + lo, cs)
+        for lo in range(0, len(head_pos), 1024):
+            block = np.unpackbits(st.cand[lo : lo + 1024], axis=1, count=n_chunks, bitorder="little")
+            ks, cs = np.nonzero(block)
+            out.push(ks + lo, cs, head_pos[ks + lo])
         for h in out.lists:
             heapq.heapify(h)
         return out
 
-    def push(self, receivers: np.ndarray, chunks: np.ndarray) -> None:
-        """Add ``chunks[i]`` to the heap of ``receivers[i]`` at its current weight there."""
-        if not len(receivers):
+    def push(self, links: np.ndarray, chunks: np.ndarray, heads: np.ndarray) -> None:
+        """Add the pairs ``(links[i], chunks[i])`` (into ``heads[i]``) at their current weights."""
+        if not len(links):
             return
         st = self.state
-        w = _FIXED[1:][st.in_held[receivers, chunks]] + st.chunk_score[chunks]
+        w = _FIXED[1:][st.in_held[heads, chunks]] + st.chunk_score[chunks]
         keys = chunks.astype(np.int64) - (w << self.shift)
         lists = self.lists
         push = heapq.heappush
-        for p, key in zip(receivers.tolist(), keys.tolist(), strict=True):
-            push(lists[p], key)
+        for j, key in zip(links.tolist(), keys.tolist(), strict=True):
+            push(lists[j], key)
 
 
 def _rows_scan(
