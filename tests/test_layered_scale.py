@@ -166,6 +166,7 @@ def test_heap_path_equals_reference(
     monkeypatch.setattr(layered, "_PROBE_EVERY", probe)
     monkeypatch.setattr(layered, "_STORM", storm)
     monkeypatch.setattr(layered, "_DROP_RATIO", float("inf"))
+    monkeypatch.setattr(layered, "_HEAP_MIN_CAPPED", -(10**9))  # these are small: heaps anyway
     fast = layered_schedule(inst, opts)
     used = dict(calls)
     monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
@@ -193,6 +194,7 @@ def test_heap_path_falls_back_to_the_full_assignment() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(layered._FastPath, "_assign_from_bits", staticmethod(spy))
         mp.setattr(layered, "_STORM", 10**9)
+        mp.setattr(layered, "_HEAP_MIN_CAPPED", -(10**9))
         layered_schedule(inst)
     assert seen
 

@@ -77,7 +77,9 @@ _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver i
 _HEAPS = True  # tests: False runs uniform receivers through the per-layer blocks instead
 _STORM = 4  # refreshed heap keys per send from which the blocks are timed against the heaps
 _PROBE_EVERY = 16  # then every this many layers, one layer runs the path not chosen (re-timed)
-_DROP_RATIO = 1.25  # heaps this much dearer per send than the blocks: dropped for the run
+_DROP_RATIO = 2.0  # heaps this much dearer per send than the blocks: dropped for the run
+_RARITY_CAP = 999  # the rarity term of the chunk score counts at most this many missing holders
+_HEAP_MIN_CAPPED = 0.5  # heaps when the rarity term stays capped for this share of a chunk's spread
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
@@ -306,6 +308,10 @@ def layered_schedule(
         and not _REFERENCE_LAYER
         and not fast.relay_check.any()
         and bool(fast.uniform[has_in].all())
+        # heaps pay while chunk scores stand still: the rarity term is capped at 999 until a
+        # chunk has max_holders - 999 holders, so most of a run at thousands of nodes and
+        # none of it below a thousand (torus 32x32: 25 holders of 1,024)
+        and state.max_holders - _RARITY_CAP >= _HEAP_MIN_CAPPED * state.max_holders
         else None
     )
 
@@ -376,7 +382,7 @@ def layered_schedule(
                 cache.pop(ci, None)
         # the chunk part of the weights (_State.rescore, inlined: once per send)
         score[ci] = (
-            min(max(max_holders - holders_count[ci], 0), 999) * 10**4
+            min(max(max_holders - holders_count[ci], 0), _RARITY_CAP) * 10**4
             + min(unsat_n[ci], 99) * 100
             + rank_part[ci]
         )
@@ -570,7 +576,7 @@ class _State:
         ``ci`` (``chunk_score`` is a view of ``score_list``); the commit of
         :func:`layered_schedule` computes the same inline."""
         self.score_list[ci] = (
-            min(max(self.max_holders - self.holders_count[ci], 0), 999) * 10**4
+            min(max(self.max_holders - self.holders_count[ci], 0), _RARITY_CAP) * 10**4
             + min(self.unsat[ci].bit_count(), 99) * 100
             + (99 - min(self.rank[ci], 99))
         )
