@@ -39,8 +39,8 @@ offered is wanted), a pair's weight depends on the receiver and the chunk only a
 rises, so each link also keeps its pairs across layers in a heap (:class:`_HeapLists`) whose
 keys are refreshed only when they surface: a layer then costs the sends and the refreshed
 keys instead of every pair again. When the chunk scores fall together (every chunk gains
-holders each layer) many keys go stale at once; then both forms are timed and the cheaper
-one runs (:class:`_PathChoice`); they commit the same sends.
+holders each layer) many keys go stale at once; then the run goes on with the blocks. Both
+forms commit the same sends.
 """
 
 from __future__ import annotations
@@ -75,9 +75,7 @@ _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
 _HEAPS = True  # tests: False runs uniform receivers through the per-layer blocks instead
-_STORM = 4  # refreshed heap keys per send from which the blocks are timed against the heaps
-_PROBE_EVERY = 16  # then every this many layers, one layer runs the path not chosen (re-timed)
-_DROP_RATIO = 2.0  # heaps this much dearer per send than the blocks: dropped for the run
+_STORM = 12  # refreshed heap keys per send (two layers running) that hand a run to the blocks
 _RARITY_CAP = 999  # the rarity term of the chunk score counts at most this many missing holders
 _HEAP_MIN_CAPPED = 0.5  # heaps when the rarity term stays capped for this share of a chunk's spread
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
@@ -331,7 +329,7 @@ def layered_schedule(
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
     total = left
-    choice = _PathChoice()
+    storms = 0  # consecutive heap layers with more than _STORM refreshed keys per send
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
     head_l = head_pos.tolist()
@@ -431,17 +429,15 @@ def layered_schedule(
             _match_single_port(topo, res, t, state, commit)
         elif _REFERENCE_LAYER:
             _match_per_receiver(topo, res, t, state, commit)
-        elif heaps is not None and choice.heaps_next():
-            began = time.process_time()  # CPU time: other processes do not skew the choice
-            refreshed = fast.heap_layer(res, t, state, commit, heaps)
-            choice.record(True, time.process_time() - began, len(s_slot) - before, refreshed)
-            if choice.drop_heaps():
-                log.debug("layered: layer %d: the blocks are cheaper, heaps dropped", t)
-                heaps = None  # stop pushing pairs into them as well
         elif heaps is not None:
-            began = time.process_time()
-            fast.layer(topo, res, t, state, commit)
-            choice.record(False, time.process_time() - began, len(s_slot) - before, 0)
+            refreshed = fast.heap_layer(res, t, state, commit, heaps)
+            # chunk scores falling together (every chunk gains holders each layer: late in a
+            # run) make most keys stale at every visit; then the blocks, which weigh every pair
+            # each layer anyway, are cheaper for the rest of the run (the heaps' pushes stop)
+            storms = storms + 1 if refreshed > _STORM * (len(s_slot) - before) else 0
+            if storms >= 2:
+                log.debug("layered: layer %d: heap keys go stale every layer, blocks from here", t)
+                heaps = None
         else:
             fast.layer(topo, res, t, state, commit)
         if len(s_slot) > before:
@@ -1023,49 +1019,6 @@ class _FastPath:
                     chosen = [(links[a + i], ci) for i, ci in found]
             for j, ci in chosen:
                 commit(j, ci)
-
-
-@dataclass
-class _PathChoice:
-    """Which of two exact forms of a layer runs next when both exist: the heaps
-    (:meth:`_FastPath.heap_layer`) or the blocks (:meth:`_FastPath.layer`). They commit the
-    same sends, so the choice only decides the time. Heaps are cheap while few keys go stale;
-    once a layer refreshes more than ``_STORM`` keys per send (chunk scores falling together),
-    both are timed per send, the cheaper runs, and every ``_PROBE_EVERY`` layers the other
-    runs once to be re-timed (its cost changes as pairs grow)."""
-
-    timing: bool = False  # a storm was seen: choose by the measured cost
-    cost: dict[bool, float] = field(default_factory=dict)  # seconds per send, by "heaps?"
-    since_probe: int = 0
-
-    def heaps_next(self) -> bool:
-        """Whether the next layer runs on the heaps."""
-        if not self.timing:
-            return True
-        if len(self.cost) < 2:
-            return False  # not timed yet: the blocks
-        self.since_probe += 1
-        cheaper = self.cost[True] <= self.cost[False]
-        if self.since_probe >= _PROBE_EVERY:
-            self.since_probe = 0
-            return not cheaper
-        return cheaper
-
-    def drop_heaps(self) -> bool:
-        """After a heap layer: whether the heaps cost clearly more per send than the blocks
-        (then they are dropped for the rest of the run: keeping them means a push per pair)."""
-        return len(self.cost) == 2 and self.cost[True] > _DROP_RATIO * self.cost[False]
-
-    def record(self, heaps: bool, seconds: float, sent: int, refreshed: int) -> None:
-        """Account one layer: its path, time, sends and (heaps) refreshed keys."""
-        if sent <= 0:
-            return
-        if heaps and refreshed > _STORM * sent:
-            self.timing = True
-        per_send = seconds / sent
-        old = self.cost.get(heaps)
-        # smoothed: a layer's cost is noisy (arrivals, other processes)
-        self.cost[heaps] = per_send if old is None else 0.5 * old + 0.5 * per_send
 
 
 @dataclass
