@@ -281,3 +281,17 @@ def test_work_per_send_does_not_grow_with_the_tree() -> None:
         per_send.append(calls / sends)
     assert per_send[1] < 1.2 * per_send[0], per_send
     assert np.isfinite(per_send).all()
+
+
+def test_progress_notes_on_long_runs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the note interval at 0 every task start logs how far the run is."""
+    monkeypatch.setattr(mt, "_PROGRESS_EVERY", 0.0)
+    inst = _ag(lambda: bt.ndv2(4))()
+    with caplog.at_level("INFO", logger="ccplan.heuristics.mteg"):
+        result = mt.mteg_schedule(inst)
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mteg: task")]
+    assert len(notes) >= len(mt.decompose(inst))
+    assert notes[0].startswith("mteg: task 0 of 32, 0 sends")
+    assert result.makespan > 0

@@ -131,6 +131,7 @@ log = logging.getLogger(__name__)
 ORDERS: tuple[str, ...] = ("size", "reverse", "random", "given")
 TREES: tuple[str, ...] = ("task", "chunk", "all")
 SELECTS: tuple[str, ...] = ("tree-cost", "earliest")
+_PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 
 
 @dataclass(frozen=True)
@@ -846,6 +847,9 @@ class _Builder:
         self.horizon = options.horizon if options.horizon is not None else max(1, latency_bound(instance))
         self.extensions = 0
         self.searches = 0
+        self._started = time.perf_counter()
+        self._next_note = self._started + _PROGRESS_EVERY
+        self._tasks_done = self._tasks_total = 0
 
     @property
     def sends(self) -> list[Send]:
@@ -856,6 +860,21 @@ class _Builder:
         ]
 
     # ------------------------------------------------------------------ common
+    def _progress(self) -> None:
+        """A note on the log every ``_PROGRESS_EVERY`` seconds: long runs (thousands of GPUs)
+        say how far they are (the CLI shows it with ``-v``)."""
+        now = time.perf_counter()
+        if now >= self._next_note:
+            self._next_note = now + _PROGRESS_EVERY
+            log.info(
+                "mteg: task %d of %d, %d sends, %d searches, %.0f s",
+                self._tasks_done,
+                self._tasks_total,
+                len(self.col_slot),
+                self.searches,
+                now - self._started,
+            )
+
     def _extend(self, needed: int | None) -> None:
         new = max(math.ceil(self.horizon * self.options.growth), self.horizon + 1)
         if needed is not None:
@@ -884,7 +903,10 @@ class _Builder:
     def run(self, tasks: Sequence[Task], partial: Mapping[Chunk, Sequence[Send]] | None = None) -> None:
         """Steps 3-5 for ``tasks`` in order; ``partial`` holds sends already in a chunk's tree."""
         link_index = self.instance.topology.link_index
-        for task in tasks:
+        self._tasks_total = len(tasks)
+        for k, task in enumerate(tasks):
+            self._tasks_done = k
+            self._progress()
             trees = []
             for i, (chunk, targets) in enumerate(zip(task.chunks, task.targets, strict=True)):
                 start = dict.fromkeys(task.roots_of(i), 0)
@@ -906,6 +928,8 @@ class _Builder:
         tm = _TreeCostSearch(self, trees)
         open_trees = sum(1 for t in trees if t.remaining)
         while open_trees:
+            if not self.searches & 4095:
+                self._progress()
             found = tm.search(self.horizon)
             if found is None:
                 probe = tm.search(None)
