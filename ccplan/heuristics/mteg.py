@@ -96,8 +96,10 @@ its root now stores the chunk longer, re-pushes the root's seeds whose cost fell
 of ``k`` terminals costs about ``k`` heap operations per out-link of its nodes, and AllGather
 ``O(C |V| |E| log |E|)`` plus the relay searches (a few per tree on NDv2, DGX2 and AMD), i.e.
 about the schedule's size. The fresh search per iteration it replaces re-seeded from every
-tree node (``O(|E|)`` per iteration, ``O(C^2 |V|^2 |E|)`` for AllGather): NDv2 x48 15x and a
-32x32 torus about 20x faster, the same schedules (``docs/scale.md``, "``mteg`` at scale").
+tree node (``O(|E|)`` per iteration, ``O(C^2 |V|^2 |E|)`` for AllGather): with the same
+schedules, NDv2 x48 takes 5x, NDv2 x128 14x and a 32x32 torus 30x less CPU time
+(``docs/scale.md``, "``mteg`` at scale"). Relay searches are still fresh per iteration, which
+dominates on leaf-spine.
 ``"earliest"`` costs one Dijkstra ``O(|E| log |V|)`` per chunk tree plus re-validations,
 ``O(C |V| |E| log |V|)`` for AllGather. Memory is ``O(|E| H)`` for the occupancy table,
 ``O(C |V|^2)`` for the trees and four integer lists per send until the schedule is built from
