@@ -50,7 +50,9 @@ shortest path. Two selection rules are offered (``select``):
     distance = MTEG cost of the cheapest path from *any* tree vertex, i.e. arrival slot
     minus the slot of the tree vertex where it leaves the tree; ties by earliest arrival,
     then node id. Computed per TM iteration by a label-setting search over (node, slot)
-    with Pareto labels ``(arrival, origin)`` at relay nodes.
+    with Pareto labels ``(arrival, origin)`` at relay nodes. The one-hop paths out of the
+    trees (seeds) are kept in one heap per task and updated when a path joins, so an
+    iteration costs about the changes it makes, not the tree's size (:class:`_TreeCostSearch`).
 ``"earliest"``
     distance = arrival slot (cost of the path from the root ``s_0``). The earliest-arrival
     shortest-path tree from the current tree is a fixed point of TM's loop (joining one of
@@ -86,12 +88,22 @@ Complexity
 Paper (Section 2.4): ``|V_M| = |V| H + C(|V|-1)``, ``|E_M| = |V|(H-1) + |E| H + (|V|-1) C H``,
 one TM tree ``O(k n^2)`` with ``k = C(|V|-1)`` terminals and ``n = |V_M|``, i.e.
 ``O(C |V|^3 (H+C)^2)`` per Broadcast and ``O(C |V|^4 (H+C)^2)`` for AllGather.
-This implementation: a TM iteration of ``"tree-cost"`` scans the out-links of the current
-tree's nodes (``O(|E|)`` free-slot look-ups, each amortised near ``O(1)`` by a union-find
-"next free slot" per link) plus a bounded search through relays, so one tree costs
-``O(k |E| log |E|)`` and AllGather ``O(C^2 |V|^2 |E| log |E|)`` with relays few; ``"earliest"``
-costs one Dijkstra ``O(|E| log |V|)`` per chunk tree plus re-validations, ``O(C |V| |E| log |V|)``
-for AllGather. Memory is ``O(|E| H)`` for the occupancy table and ``O(C |V|^2)`` for the trees.
+This implementation: a ``"tree-cost"`` TM iteration pops the cheapest seed from the task's
+heap (re-checking it against the reservations: ``O(log)`` amortised with the union-find "next
+free slot" per link) and, only when a relay is cheaper than every terminal seed, runs the
+label-setting search through relays. A joined path pushes the seeds of its new nodes and, if
+its root now stores the chunk longer, re-pushes the root's seeds whose cost fell. So a tree
+of ``k`` terminals costs about ``k`` heap operations per out-link of its nodes, and AllGather
+``O(C |V| |E| log |E|)`` plus the relay searches (a few per tree on NDv2, DGX2 and AMD), i.e.
+about the schedule's size. The fresh search per iteration it replaces re-seeded from every
+tree node (``O(|E|)`` per iteration, ``O(C^2 |V|^2 |E|)`` for AllGather): with the same
+schedules, NDv2 x48 takes 5x, NDv2 x128 14x and a 32x32 torus 30x less CPU time
+(``docs/scale.md``, "``mteg`` at scale"). Relay searches are still fresh per iteration, which
+dominates on leaf-spine.
+``"earliest"`` costs one Dijkstra ``O(|E| log |V|)`` per chunk tree plus re-validations,
+``O(C |V| |E| log |V|)`` for AllGather. Memory is ``O(|E| H)`` for the occupancy table,
+``O(C |V|^2)`` for the trees and four integer lists per send until the schedule is built from
+them as columns.
 """
 
 from __future__ import annotations
@@ -106,10 +118,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
-from ccplan.instances.paths import latency_distances
+from ccplan.instances.paths import latency_distances, latency_matrix
 from ccplan.limits import NEVER, Deadline
 from ccplan.methods import Outcome, SolveOptions, register, run_constructor
 from ccplan.schedule.core import Schedule, Send
@@ -119,6 +133,7 @@ log = logging.getLogger(__name__)
 ORDERS: tuple[str, ...] = ("size", "reverse", "random", "given")
 TREES: tuple[str, ...] = ("task", "chunk", "all")
 SELECTS: tuple[str, ...] = ("tree-cost", "earliest")
+_PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 
 
 @dataclass(frozen=True)
@@ -317,6 +332,19 @@ class Reservations:
         res = self._res_of_link[link]
         occ = self.occ[link]
         first_free = self._first_free
+        if len(res) == 1:
+            # one resource (no single-port): its first non-full slot needs no second pass
+            r = res[0]
+            full = self._full[r]
+            while True:
+                t = first_free(r, t)
+                if occ == 1:
+                    return t
+                i = bisect_left(full, t + 1)
+                if i < len(full) and full[i] < t + occ:
+                    t = full[i] + 1
+                    continue
+                return t
         while True:
             moved = False
             for r in res:
@@ -495,15 +523,16 @@ def order_tasks(tasks: Sequence[Task], options: MtegOptions) -> list[Task]:
 # --------------------------------------------------------------------------- Step 3
 @dataclass
 class _ChunkTree:
-    """The sub-tree of one chunk: arrival ``a`` and last tree slot ``b`` per node."""
+    """The sub-tree of one chunk: arrival ``a`` and last tree slot ``b`` per node.
+
+    ``arrival`` keeps the order in which nodes joined (roots first): the tree-cost search
+    breaks its last ties by that order.
+    """
 
     chunk: Chunk
     arrival: dict[int, int]
     last: dict[int, int]
     remaining: set[int]
-    frontier: dict[int, None] = field(default_factory=dict)
-    """Tree nodes with an out-neighbour outside the tree (an ordered set): only they can
-    start a new path, so the TM search scans only them."""
 
 
 @dataclass
@@ -518,6 +547,275 @@ class _Label:
     send: int
     parent: _Label | None
     root: int  # tree node the path leaves from
+
+
+# A seed: the one-hop path on tree link ``link`` (tail in tree ``ci``, head outside) at its
+# first free send slot ``send >= a(tail)``, cost ``L + max(0, send - b(tail))``. Heap order
+# (cost, arrival, head, ci, join position of the tail, position of the link among the tail's
+# out-links) is the order in which a fresh search would pop them (its push sequence number is
+# exactly (ci, join position, link position) for seeds).
+_Seed = tuple[int, int, int, int, int, int, int, int]  # cost, arrival, head, ci, pos, jpos, link, send
+
+
+class _TreeCostSearch:
+    """Takahashi-Matsuyama with the paper's tree-cost distance over the trees of one task.
+
+    Every TM iteration asks for the unreached terminal closest (MTEG cost) to the current
+    trees. A fresh search per iteration (the first implementation) re-seeds from every tree
+    node's out-links, so a tree of ``n`` nodes costs ``n`` times its frontier. Here the seeds
+    (one per tree link to a node outside the tree) live in one heap for the whole task, and
+    between iterations only what changed is touched:
+
+    - a joined path adds its new nodes' seeds;
+    - the path's root may store the chunk longer (``b`` grows), which lowers the cost of its
+      seeds that send after the old ``b``: those are pushed again with the new cost;
+    - reservations (this task's or, with single-port, a port shared with other links) can
+      only move a seed's first free slot later, i.e. raise its key: a seed is re-checked
+      against :class:`Reservations` when it reaches the top of the heap (lazy deletion), and
+      a seed whose head joined a tree is dropped there.
+
+    So the heap holds every valid seed with a key no larger than its true key, and popping
+    it in order gives the seeds in exactly the order a fresh search would; relays (nodes
+    that do not want the chunk) are expanded per search as before, their labels in a
+    per-search heap that loses ties to the seeds, as their later push did in the fresh
+    search. The schedules are the fresh search's, send for send.
+    """
+
+    def __init__(self, builder: _Builder, trees: list[_ChunkTree]) -> None:
+        self.bd = builder
+        self.trees = trees
+        self.heap: list[_Seed] = []
+        # per tree: link -> send slot of its live seed (an entry with another slot is stale)
+        self.seed_send: list[dict[int, int]] = [{} for _ in trees]
+        # per tree: node -> join position (the fresh search's frontier order)
+        self.pos: list[dict[int, int]] = [{v: i for i, v in enumerate(t.arrival)} for t in trees]
+        for ci, tree in enumerate(trees):
+            if tree.remaining:
+                for v in tree.arrival:
+                    self._seed(ci, v)
+
+    def _seed(self, ci: int, v: int) -> None:
+        """Push the seeds of tree node ``v`` (one per out-link to a node outside the tree)."""
+        bd = self.bd
+        tree = self.trees[ci]
+        arrival = tree.arrival
+        a = arrival[v]
+        b = tree.last[v]
+        p = self.pos[ci][v]
+        seeds = self.seed_send[ci]
+        free_start = bd.res.free_start
+        lat = bd.lat
+        head = bd.head
+        jpos = bd.jpos
+        heap = self.heap
+        for j in bd.out[v]:
+            y = head[j]
+            if y in arrival:
+                continue
+            t = free_start(j, a)
+            seeds[j] = t
+            L = lat[j]
+            heapq.heappush(heap, (L + (t - b if t > b else 0), t + L, y, ci, p, jpos[j], j, t))
+
+    def _reseed_root(self, ci: int, v: int, b_old: int) -> None:
+        """``b(v)`` grew from ``b_old``: re-push the seeds of ``v`` whose cost fell."""
+        bd = self.bd
+        tree = self.trees[ci]
+        arrival = tree.arrival
+        b = tree.last[v]
+        p = self.pos[ci][v]
+        seeds = self.seed_send[ci]
+        lat = bd.lat
+        head = bd.head
+        jpos = bd.jpos
+        heap = self.heap
+        for j in bd.out[v]:
+            y = head[j]
+            if y in arrival:
+                continue
+            t = seeds[j]
+            if t > b_old:  # sends up to b_old cost L before and after
+                L = lat[j]
+                heapq.heappush(heap, (L + (t - b if t > b else 0), t + L, y, ci, p, jpos[j], j, t))
+
+    def join(self, ci: int, hops: list[tuple[int, int]]) -> None:
+        """Add the path ``hops`` to tree ``ci`` (Step 4) and update the seeds."""
+        bd = self.bd
+        tree = self.trees[ci]
+        root = bd.tail[hops[0][0]]
+        b_old = tree.last[root]
+        bd._join(tree, hops)
+        pos = self.pos[ci]
+        new = [bd.head[j] for j, _ in hops]
+        for v in new:
+            pos[v] = len(pos)
+        if not tree.remaining:
+            return
+        if tree.last[root] > b_old:
+            self._reseed_root(ci, root, b_old)
+        for v in new:
+            self._seed(ci, v)
+
+    def search(self, horizon: int | None) -> tuple[int, list[tuple[int, int]]] | None:
+        """Closest unreached terminal by MTEG cost from the current trees (one TM iteration).
+
+        Returns ``(tree index, hops)`` of its path, ``hops`` as ``(link, send slot)`` from a
+        tree node, or None when no terminal is reachable within ``horizon``.
+        """
+        bd = self.bd
+        bd.deadline.check()  # one search per path added: fine-grained enough for --time-limit
+        bd.searches += 1
+        limit = horizon if horizon is not None else math.inf
+        heap = self.heap
+        trees = self.trees
+        seeds = self.seed_send
+        lat = bd.lat
+        tail = bd.tail
+        free_start = bd.res.free_start
+        aside: list[_Seed] = []  # valid seeds beyond the horizon, back to the heap at the end
+        # the common case, inline: the cheapest valid seed is a terminal, and nothing (no
+        # relay label) can be cheaper than it
+        while heap:
+            e = heap[0]
+            cost, arr, y, ci, p, jp, j, t = e
+            tree = trees[ci]
+            if y in tree.arrival or not tree.remaining or seeds[ci].get(j) != t:
+                heapq.heappop(heap)
+                continue
+            v = tail[j]
+            b = tree.last[v]
+            L = lat[j]
+            if cost != L + (t - b if t > b else 0):  # pushed again with a lower cost
+                heapq.heappop(heap)
+                continue
+            t2 = free_start(j, tree.arrival[v])
+            if t2 != t:  # reserved since: a later slot, a larger key
+                seeds[ci][j] = t2
+                heapq.heapreplace(heap, (L + (t2 - b if t2 > b else 0), t2 + L, y, ci, p, jp, j, t2))
+                continue
+            if arr > limit:
+                aside.append(heapq.heappop(heap))
+                continue
+            if y in tree.remaining:
+                # the seed stays: a probe beyond the horizon joins nothing (otherwise its
+                # head joins the tree and the next search drops it)
+                for x in aside:
+                    heapq.heappush(heap, x)
+                return ci, [(j, t)]
+            return self._search_relays(aside, limit)
+        for x in aside:
+            heapq.heappush(heap, x)
+        return None
+
+    def _search_relays(self, taken: list[_Seed], limit: float) -> tuple[int, list[tuple[int, int]]] | None:
+        """:meth:`search` once a relay (a node outside the tree that does not want the chunk)
+        is the cheapest label: the fresh search's label-setting loop, seeds merged in from the
+        heap, relay labels in a heap of their own."""
+        bd = self.bd
+        res = bd.res
+        free_start = res.free_start
+        lat = bd.lat
+        head = bd.head
+        tail = bd.tail
+        out = bd.out
+        trees = self.trees
+        seeds = self.seed_send
+        heap = self.heap
+        rheap: list[tuple[int, int, int, int, int, _Label, int]] = []
+        seq = 0
+        popped: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+        def next_seed() -> _Seed | None:
+            while heap:
+                e = heap[0]
+                cost, arr, y, ci, p, jp, j, t = e
+                tree = trees[ci]
+                if y in tree.arrival or not tree.remaining or seeds[ci].get(j) != t:
+                    heapq.heappop(heap)
+                    continue
+                v = tail[j]
+                b = tree.last[v]
+                L = lat[j]
+                if cost != L + (t - b if t > b else 0):  # pushed again with a lower cost
+                    heapq.heappop(heap)
+                    continue
+                t2 = free_start(j, tree.arrival[v])
+                if t2 != t:  # reserved since: a later slot, a larger key
+                    seeds[ci][j] = t2
+                    heapq.heapreplace(heap, (L + (t2 - b if t2 > b else 0), t2 + L, y, ci, p, jp, j, t2))
+                    continue
+                heapq.heappop(heap)
+                taken.append(e)
+                if arr > limit:
+                    continue
+                return e
+            return None
+
+        def done() -> None:
+            for e in taken:
+                heapq.heappush(heap, e)
+
+        seed = next_seed()
+        while True:
+            if seed is not None and (not rheap or seed[:4] <= rheap[0][:4]):
+                cost, arr, y, ci, _, _, j, t = seed
+                seed = next_seed()
+                tree = trees[ci]
+                if y in tree.remaining:
+                    done()
+                    return ci, [(j, t)]
+                v = tail[j]
+                lab = _Label(cost, arr, y, ci, j, t, None, v)
+                gen = 1
+            elif rheap:
+                cost, arr, y, ci, _, lab, gen = heapq.heappop(rheap)
+                tree = trees[ci]
+            else:
+                done()
+                return None
+            if gen:
+                # next free send slot of the same tree edge (only slots inside [a, b] cost L)
+                j, v = lab.link, lab.root
+                b = tree.last[v]
+                if lab.send < b:
+                    t2 = free_start(j, lab.send + 1)
+                    arr2 = t2 + lat[j]
+                    if arr2 <= limit:
+                        cost2 = lat[j] + (t2 - b if t2 > b else 0)
+                        nxt = _Label(cost2, arr2, y, ci, j, t2, None, v)
+                        heapq.heappush(rheap, (cost2, arr2, y, ci, seq, nxt, 1 if t2 < b else 0))
+                        seq += 1
+            if y in tree.remaining:
+                done()
+                hops = []
+                q: _Label | None = lab
+                while q is not None:
+                    hops.append((q.link, q.send))
+                    q = q.parent
+                hops.reverse()
+                return ci, hops
+            origin = arr - cost
+            seen = popped.setdefault((ci, y), [])
+            if any(a2 <= arr and o2 >= origin for a2, o2 in seen):
+                continue
+            seen.append((arr, origin))
+            on_path = {y}
+            q = lab.parent
+            while q is not None:
+                on_path.add(q.node)
+                q = q.parent
+            for j in out[y]:
+                z = head[j]
+                if z in tree.arrival or z in on_path:
+                    continue
+                t = free_start(j, arr)
+                arr2 = t + lat[j]
+                if arr2 > limit:
+                    continue
+                cost2 = cost + (t - arr) + lat[j]
+                nxt = _Label(cost2, arr2, z, ci, j, t, lab, lab.root)
+                heapq.heappush(rheap, (cost2, arr2, z, ci, seq, nxt, 0))
+                seq += 1
 
 
 class _Builder:
@@ -539,13 +837,46 @@ class _Builder:
         self.head = [lk.dst for lk in topo.links]
         self.tail = [lk.src for lk in topo.links]
         self.out = {v: tuple(sorted(ls, key=lambda j: self.head[j])) for v, ls in topo.out_links.items()}
-        self.in_nbrs = {v: tuple(sorted({self.tail[j] for j in ls})) for v, ls in topo.in_links.items()}
-        self.sends: list[Send] = []
+        self.jpos = [0] * topo.num_links
+        for ls in self.out.values():
+            for i, j in enumerate(ls):
+                self.jpos[j] = i
+        # the sends as columns (chunk source, chunk index, link, slot), in the order made
+        self.col_source: list[int] = []
+        self.col_index: list[int] = []
+        self.col_link: list[int] = []
+        self.col_slot: list[int] = []
         self.horizon = options.horizon if options.horizon is not None else max(1, latency_bound(instance))
         self.extensions = 0
         self.searches = 0
+        self._started = time.perf_counter()
+        self._next_note = self._started + _PROGRESS_EVERY
+        self._tasks_done = self._tasks_total = 0
+
+    @property
+    def sends(self) -> list[Send]:
+        """The sends made so far, in the order made."""
+        return [
+            Send(slot=t, chunk=(s, c), src=self.tail[j], dst=self.head[j])
+            for s, c, j, t in zip(self.col_source, self.col_index, self.col_link, self.col_slot, strict=True)
+        ]
 
     # ------------------------------------------------------------------ common
+    def _progress(self) -> None:
+        """A note on the log every ``_PROGRESS_EVERY`` seconds: long runs (thousands of GPUs)
+        say how far they are (the CLI shows it with ``-v``)."""
+        now = time.perf_counter()
+        if now >= self._next_note:
+            self._next_note = now + _PROGRESS_EVERY
+            log.info(
+                "mteg: task %d of %d, %d sends, %d searches, %.0f s",
+                self._tasks_done,
+                self._tasks_total,
+                len(self.col_slot),
+                self.searches,
+                now - self._started,
+            )
+
     def _extend(self, needed: int | None) -> None:
         new = max(math.ceil(self.horizon * self.options.growth), self.horizon + 1)
         if needed is not None:
@@ -556,31 +887,28 @@ class _Builder:
 
     def _join(self, tree: _ChunkTree, hops: list[tuple[int, int]]) -> None:
         """Add a path (hops ``(link, send slot)`` from a tree node) to ``tree``; Step 4."""
+        source, index = tree.chunk
         for j, t in hops:
             u, v = self.tail[j], self.head[j]
             self.res.reserve(j, t)
-            self.sends.append(Send(slot=t, chunk=tree.chunk, src=u, dst=v))
+            self.col_source.append(source)
+            self.col_index.append(index)
+            self.col_link.append(j)
+            self.col_slot.append(t)
             if t > tree.last[u]:
                 tree.last[u] = t
             arr = t + self.lat[j]
             tree.arrival[v] = arr
             tree.last[v] = arr
             tree.remaining.discard(v)
-            self._update_frontier(tree, v)
-
-    def _update_frontier(self, tree: _ChunkTree, v: int) -> None:
-        """``v`` joined the tree: it may be a frontier node, its in-neighbours may stop being."""
-        arrival = tree.arrival
-        if any(self.head[j] not in arrival for j in self.out[v]):
-            tree.frontier[v] = None
-        for w in self.in_nbrs[v]:
-            if w in tree.frontier and all(self.head[j] in arrival for j in self.out[w]):
-                del tree.frontier[w]
 
     def run(self, tasks: Sequence[Task], partial: Mapping[Chunk, Sequence[Send]] | None = None) -> None:
         """Steps 3-5 for ``tasks`` in order; ``partial`` holds sends already in a chunk's tree."""
         link_index = self.instance.topology.link_index
-        for task in tasks:
+        self._tasks_total = len(tasks)
+        for k, task in enumerate(tasks):
+            self._tasks_done = k
+            self._progress()
             trees = []
             for i, (chunk, targets) in enumerate(zip(task.chunks, task.targets, strict=True)):
                 start = dict.fromkeys(task.roots_of(i), 0)
@@ -591,8 +919,6 @@ class _Builder:
                     tree.last[snd.dst] = max(tree.last.get(snd.dst, arr), arr)
                     tree.last[snd.src] = max(tree.last[snd.src], snd.slot)
                     tree.remaining.discard(snd.dst)
-                for v in tree.arrival:
-                    self._update_frontier(tree, v)
                 trees.append(tree)
             if self.options.select == "earliest":
                 self._task_earliest(trees)
@@ -600,97 +926,26 @@ class _Builder:
                 self._task_tree_cost(trees)
 
     # ------------------------------------------------------------------ tree-cost TM
-    def _search_tree_cost(self, trees: list[_ChunkTree], horizon: int | None) -> _Label | None:
-        """Closest unreached terminal by MTEG cost from the current trees (one TM iteration)."""
-        self.deadline.check()  # one search per path added: fine-grained enough for --time-limit
-        self.searches += 1
-        res = self.res
-        lat = self.lat
-        head = self.head
-        out = self.out
-        heap: list[tuple[int, int, int, int, int, _Label, int]] = []
-        seq = 0
-        limit = horizon if horizon is not None else math.inf
-        for ci, tree in enumerate(trees):
-            if not tree.remaining:
-                continue
-            arrival = tree.arrival
-            remaining = tree.remaining
-            for v in tree.frontier:
-                a = arrival[v]
-                b = tree.last[v]
-                for j in out[v]:
-                    y = head[j]
-                    if y in arrival:
-                        continue
-                    t = res.free_start(j, a)
-                    arr = t + lat[j]
-                    if arr > limit:
-                        continue
-                    cost = lat[j] + (t - b if t > b else 0)
-                    lab = _Label(cost, arr, y, ci, j, t, None, v)
-                    # relays get every free send slot of [a, b] lazily (generator flag 1)
-                    gen = 0 if y in remaining else 1
-                    heapq.heappush(heap, (cost, arr, y, ci, seq, lab, gen))
-                    seq += 1
-        popped: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        while heap:
-            cost, arr, y, ci, _, lab, gen = heapq.heappop(heap)
-            tree = trees[ci]
-            if gen:
-                # next free send slot of the same tree edge (only slots inside [a, b] cost L)
-                j, v = lab.link, lab.root
-                b = tree.last[v]
-                if lab.send < b:
-                    t2 = res.free_start(j, lab.send + 1)
-                    arr2 = t2 + lat[j]
-                    if arr2 <= limit:
-                        cost2 = lat[j] + (t2 - b if t2 > b else 0)
-                        nxt = _Label(cost2, arr2, y, ci, j, t2, None, v)
-                        heapq.heappush(heap, (cost2, arr2, y, ci, seq, nxt, 1 if t2 < b else 0))
-                        seq += 1
-            if y in tree.remaining:
-                return lab
-            origin = arr - cost
-            seen = popped.setdefault((ci, y), [])
-            if any(a2 <= arr and o2 >= origin for a2, o2 in seen):
-                continue
-            seen.append((arr, origin))
-            on_path = {y}
-            p = lab.parent
-            while p is not None:
-                on_path.add(p.node)
-                p = p.parent
-            for j in out[y]:
-                z = head[j]
-                if z in tree.arrival or z in on_path:
-                    continue
-                t = res.free_start(j, arr)
-                arr2 = t + lat[j]
-                if arr2 > limit:
-                    continue
-                cost2 = cost + (t - arr) + lat[j]
-                nxt = _Label(cost2, arr2, z, ci, j, t, lab, lab.root)
-                heapq.heappush(heap, (cost2, arr2, z, ci, seq, nxt, 0))
-                seq += 1
-        return None
-
     def _task_tree_cost(self, trees: list[_ChunkTree]) -> None:
-        while any(t.remaining for t in trees):
-            lab = self._search_tree_cost(trees, self.horizon)
-            if lab is None:
-                probe = self._search_tree_cost(trees, None)
+        tm = _TreeCostSearch(self, trees)
+        open_trees = sum(1 for t in trees if t.remaining)
+        while open_trees:
+            if not self.searches & 4095:
+                self._progress()
+            found = tm.search(self.horizon)
+            if found is None:
+                probe = tm.search(None)
                 if probe is None:
                     self._unreachable(trees)
-                self._extend(probe.arrival if probe is not None else None)
+                    return
+                _, hops = probe
+                j, t = hops[-1]
+                self._extend(t + self.lat[j])
                 continue
-            hops = []
-            p: _Label | None = lab
-            while p is not None:
-                hops.append((p.link, p.send))
-                p = p.parent
-            hops.reverse()
-            self._join(trees[lab.ci], hops)
+            ci, hops = found
+            tm.join(ci, hops)
+            if not trees[ci].remaining:
+                open_trees -= 1
 
     # ------------------------------------------------------------------ earliest-arrival TM
     def _spt(self, tree: _ChunkTree, horizon: int | None) -> dict[int, tuple[int, int, int]]:
@@ -796,19 +1051,37 @@ class _Builder:
 
 def latency_bound(instance: Instance) -> int:
     """Latency lower bound in slots: max over demands of the smallest sum of ``L`` on a path
-    from a holder (Dijkstra; 0 when nothing must move). Unreachable demands are skipped."""
+    from a holder (Dijkstra; 0 when nothing must move). Unreachable demands are skipped.
+
+    Demands are grouped by their chunk's holders; with more than a few groups (AllGather: one
+    per GPU) the distances come from one all-pairs matrix (scipy's compiled Dijkstra, exact
+    on these integer sums) instead of a Python Dijkstra per group.
+    """
     topo = instance.topology
     lat = [int(x) for x in instance.latency]
     coll = instance.collective
+    holders = coll.holders
+    groups: dict[tuple[int, ...], set[int]] = {}
+    for chunk, nodes in coll.wanted.items():
+        held = holders.get(chunk, frozenset())
+        need = nodes - held
+        if need:
+            groups.setdefault(tuple(sorted(held)), set()).update(need)
     best = 0
-    cache: dict[tuple[int, ...], dict[int, float]] = {}
-    for chunk, node in coll.demands:
-        roots = tuple(sorted(coll.holders[chunk]))
-        if roots not in cache:
-            cache[roots] = latency_distances(topo, lat, roots)
-        reach = cache[roots].get(node)
-        if reach is not None:
-            best = max(best, int(reach))
+    if len(groups) > 8:
+        pos = topo.node_index
+        dist = latency_matrix(topo, lat)
+        for roots, targets in groups.items():
+            if not roots:
+                continue
+            near = dist[[pos[r] for r in roots]].min(axis=0)[[pos[v] for v in targets]]
+            near = near[np.isfinite(near)]
+            if len(near):
+                best = max(best, int(near.max()))
+        return best
+    for roots, targets in groups.items():
+        reach = latency_distances(topo, lat, roots)
+        best = max([best, *(int(reach[v]) for v in targets if v in reach)])
     return best
 
 
@@ -826,6 +1099,29 @@ class MtegResult:
     order: tuple[int, ...] = field(default=())
     late_tasks: tuple[int, ...] = field(default=())
     """Task indices ordered by their latest delivery, latest first (for restarts)."""
+
+
+def _columns_schedule(builder: _Builder) -> tuple[Schedule, dict[Chunk, int]]:
+    """The builder's sends as a column-backed :class:`Schedule` and each chunk's last arrival."""
+    source = np.asarray(builder.col_source, dtype=np.int64)
+    index = np.asarray(builder.col_index, dtype=np.int64)
+    link = np.asarray(builder.col_link, dtype=np.int64)
+    slot = np.asarray(builder.col_slot, dtype=np.int64)
+    tail = np.asarray(builder.tail, dtype=np.int64)
+    head = np.asarray(builder.head, dtype=np.int64)
+    schedule = Schedule.from_columns(
+        slot=slot, chunk_source=source, chunk_index=index, src=tail[link], dst=head[link], method="mteg"
+    )
+    finish: dict[Chunk, int] = {}
+    if len(slot):
+        arrive = slot + np.asarray(builder.lat, dtype=np.int64)[link]
+        width = int(index.max()) + 1
+        code = source * width + index
+        order = np.argsort(code, kind="stable")
+        codes, first = np.unique(code[order], return_index=True)
+        last = np.maximum.reduceat(arrive[order], first)
+        finish = {(int(c) // width, int(c) % width): int(a) for c, a in zip(codes, last, strict=True)}
+    return schedule, finish
 
 
 def mteg_schedule(
@@ -862,11 +1158,7 @@ def mteg_schedule(
     ordered = order_tasks(tasks, opts)
     builder = _Builder(instance, opts, deadline=deadline)
     builder.run([merge_tasks(ordered)] if opts.tree == "all" and ordered else ordered)
-    schedule = Schedule(tuple(builder.sends), method="mteg")
-    finish: dict[Chunk, int] = {}
-    for s in builder.sends:
-        j = instance.topology.link_index[(s.src, s.dst)]
-        finish[s.chunk] = max(finish.get(s.chunk, 0), s.slot + builder.lat[j])
+    schedule, finish = _columns_schedule(builder)
     makespan = max(finish.values(), default=0)
     task_finish = {k.index: max((finish.get(c, 0) for c in k.chunks), default=0) for k in tasks}
     late = tuple(sorted(task_finish, key=lambda i: (-task_finish[i], i)))
@@ -927,7 +1219,7 @@ def mteg_engine(instance: Instance, options: SolveOptions) -> Outcome:
     if failed is not None:
         return failed
     return Outcome(
-        schedule=Schedule(result.schedule.sends, method="mteg"),
+        schedule=result.schedule,
         status="feasible",
         details={
             "variant": opts.label(),
