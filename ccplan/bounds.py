@@ -168,8 +168,9 @@ from ccplan.instances.instance import Instance
 
 log = logging.getLogger(__name__)
 
-BOUND_NAMES: tuple[str, ...] = ("latency", "ingress", "cut")
-"""Names of the slot bounds, in the order used to break ties for :attr:`Bounds.best_name`."""
+BOUND_NAMES: tuple[str, ...] = ("latency", "ingress", "cut", "flow")
+"""Names of the slot bounds, in the order used to break ties for :attr:`Bounds.best_name`
+(``flow``: the flow-over-time LP bound of :mod:`ccplan.model.relax`, when computed)."""
 
 _SEARCH_LIMIT = 1 << 40
 _REL_TOL = 1e-12
@@ -193,6 +194,10 @@ class Bounds:
         ``max(latency_us, cut_us)``.
     time_windows : bool
         Whether the cut and ingress bounds used time windows.
+    flow_slots : int, optional
+        The flow-over-time LP bound (:func:`ccplan.model.relax.gated_flow_bound`), when it
+        ran: only with a verified makespan above the other bounds, on instances it applies
+        to and within its size and time limits. Part of ``best_slots``.
     """
 
     latency_slots: int
@@ -204,10 +209,13 @@ class Bounds:
     cut_us: float
     best_us: float
     time_windows: bool = True
+    flow_slots: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("latency_slots", "ingress_slots", "cut_slots", "best_slots"):
+        for name in ("latency_slots", "ingress_slots", "cut_slots", "best_slots", "flow_slots"):
             value = getattr(self, name)
+            if name == "flow_slots" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValidationError(f"bounds.{name} must be a non-negative integer, got {value!r}")
         for name in ("latency_us", "cut_us", "best_us"):
@@ -216,7 +224,8 @@ class Bounds:
                 raise ValidationError(f"bounds.{name} must be a non-negative finite float, got {value!r}")
         if self.best_name not in BOUND_NAMES:
             raise ValidationError(f"bounds.best_name must be one of {BOUND_NAMES}, got {self.best_name!r}")
-        if self.best_slots != max(self.latency_slots, self.ingress_slots, self.cut_slots):
+        slots = (self.latency_slots, self.ingress_slots, self.cut_slots, self.flow_slots or 0)
+        if self.best_slots != max(slots):
             raise ValidationError("bounds.best_slots must be the maximum of the slot bounds")
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,6 +240,7 @@ class Bounds:
             "cut_us": self.cut_us,
             "best_us": self.best_us,
             "time_windows": self.time_windows,
+            "flow_slots": self.flow_slots,
         }
 
 
@@ -1369,7 +1379,9 @@ def lower_bound_slots(instance: Instance, *, time_windows: bool = True, stop_at:
     return int(memo[time_windows])
 
 
-def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
+def compute_bounds(
+    instance: Instance, *, time_windows: bool = True, upper: int | None = None, flow: object = "auto"
+) -> Bounds:
     """All bounds, in slots and in microseconds (module docstring).
 
     Parameters
@@ -1378,6 +1390,11 @@ def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
     time_windows : bool
         Use the time-window refinement (valid; default). ``False`` gives the plain
         ForestColl-style cut generalised to slots.
+    upper : int, optional
+        The makespan of a verified schedule. When it is above the slot bounds, the
+        flow-over-time LP bound is computed as :func:`ccplan.methods.solve` computes it
+        (:func:`ccplan.model.relax.gated_flow_bound`, ``mode=flow``: ``"auto"``, True for no
+        size limit, False never) and reported as ``flow_slots``.
 
     Returns
     -------
@@ -1399,8 +1416,15 @@ def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
     log.debug("bounds of %s: latency %d, ingress %d, cut %d slots; latency %.6g us, cut %.6g us",
               instance.describe(), latency, ingress, cut, latency_us, cut_us)
     values = {"latency": latency, "ingress": ingress, "cut": cut}
+    flow_slots = None
+    if upper is not None:
+        from ccplan.model.relax import gated_flow_bound
+
+        fb = gated_flow_bound(instance, max(values.values()), int(upper), mode=flow)
+        if fb is not None:
+            flow_slots = values["flow"] = fb.slots
     best = max(values.values())
-    name = next(n for n in BOUND_NAMES if values[n] == best)
+    name = next(n for n in BOUND_NAMES if values.get(n) == best)
     return Bounds(
         latency_slots=latency,
         ingress_slots=ingress,
@@ -1411,6 +1435,7 @@ def compute_bounds(instance: Instance, *, time_windows: bool = True) -> Bounds:
         cut_us=float(cut_us),
         best_us=float(max(latency_us, cut_us)),
         time_windows=time_windows,
+        flow_slots=flow_slots,
     )
 
 
