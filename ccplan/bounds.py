@@ -1394,7 +1394,8 @@ def compute_bounds(
         The makespan of a verified schedule. When it is above the slot bounds, the
         flow-over-time LP bound is computed as :func:`ccplan.methods.solve` computes it
         (:func:`ccplan.model.relax.gated_flow_bound`, ``mode=flow``: ``"auto"``, True for no
-        size limit, False never) and reported as ``flow_slots``.
+        size limit, False never), with ``relax.FLOW_CAP`` seconds, and reported as
+        ``flow_slots``.
 
     Returns
     -------
@@ -1418,9 +1419,9 @@ def compute_bounds(
     values = {"latency": latency, "ingress": ingress, "cut": cut}
     flow_slots = None
     if upper is not None:
-        from ccplan.model.relax import gated_flow_bound
+        from ccplan.model.relax import FLOW_CAP, gated_flow_bound
 
-        fb = gated_flow_bound(instance, max(values.values()), int(upper), mode=flow)
+        fb = gated_flow_bound(instance, max(values.values()), int(upper), mode=flow, time_limit=FLOW_CAP)
         if fb is not None:
             flow_slots = values["flow"] = fb.slots
     best = max(values.values())

@@ -436,13 +436,19 @@ FLOW_DESTINATIONS = 4
 the exact engine does (``ccplan.model.exact.RELAX_DESTINATIONS``)."""
 
 FLOW_SHARE = 1.0
-FLOW_FLOOR = 5.0
+FLOW_FLOOR = 2.0
 FLOW_CAP = 30.0
-"""The time limit of :func:`gated_flow_bound`: ``FLOW_SHARE`` times the engine's seconds, at
-least ``FLOW_FLOOR`` and at most ``FLOW_CAP`` seconds (:func:`flow_budget`). A run pays at
-most the floor or its own time again. The floor is what the two LPs that prove DGX2 4
-chassis optimal take (``D = 64`` and ``D = 68``, 5.2 s at load 4.4): the search asks the
-running bound, then ``upper - 1``, and a refutation of ``upper - 1`` ends it."""
+"""The time limit of :func:`gated_flow_bound` after a solve: ``FLOW_SHARE`` times the
+engine's seconds, at least ``FLOW_FLOOR`` and at most ``FLOW_CAP`` seconds
+(:func:`flow_budget`), so a run pays at most 2 s or its own time again. The floor is what
+the one LP that proves ``cut-aware``'s 69 slots optimal on DGX2 4 chassis takes (``D = 68``,
+1.2 s at load 3; :data:`CLOSE_GAP`). ``ccplan bounds`` (:func:`ccplan.bounds.compute_bounds`
+with a makespan) gives it ``FLOW_CAP``."""
+
+
+CLOSE_GAP = 10
+""":func:`flow_bound_between` asks ``upper - 1`` first when the gap is at most ``1 /
+CLOSE_GAP`` of the makespan (``cut-aware`` on DGX2 4 chassis: 64 against 69, one LP)."""
 
 
 def flow_budget(engine_seconds: float) -> float:
@@ -458,8 +464,9 @@ def flow_bound_between(
     bisection: the value of :func:`flow_bound` ``(instance, lower, upper=upper,
     destinations=...)`` with fewer LPs.
 
-    For each destination ``v`` in turn, with ``b`` the bound so far: if ``v``'s LP does not
-    refute ``b`` it cannot raise the bound (the LP maximum grows with ``D``, module
+    For each destination ``v`` in turn, with ``b`` the bound so far (when the gap is within
+    :data:`CLOSE_GAP`, ``upper - 1`` is asked first: refuted, the bound is ``upper``): if
+    ``v``'s LP does not refute ``b`` it cannot raise the bound (the LP maximum grows with ``D``, module
     docstring); otherwise ``upper - 1`` is asked next (refuted: the bound is ``upper``, the
     makespan is optimal, stop) and then the smallest ``D`` in ``(b, upper - 1)`` that ``v``
     does not refute is found by bisection. (Against the step-by-step search of
@@ -513,6 +520,15 @@ def flow_bound_between(
     for v in order:
         if best >= upper:
             break
+        if (upper - best) * CLOSE_GAP <= upper and upper - 1 > best:
+            # a close schedule is often optimal: one LP that refutes upper - 1 proves it
+            answer = refutes(v, upper - 1)
+            if answer is None:
+                break
+            if answer:
+                best, who = upper, v
+                checked += 1
+                break
         answer = refutes(v, best)
         if answer is None:
             break
@@ -550,7 +566,7 @@ def flow_bound_between(
 
 def gated_flow_bound(
     instance: Instance, lower: int, upper: int | None, *, engine_seconds: float = 0.0,
-    arrivals: Any = None, mode: object = "auto",
+    arrivals: Any = None, mode: object = "auto", time_limit: float | None = None,
 ) -> FlowBound | None:
     """The flow-over-time bound where it is worth its time (what ``ccplan.methods.solve``,
     ``ccplan.bounds.compute_bounds`` and ``ccplan bounds`` report).
@@ -560,7 +576,8 @@ def gated_flow_bound(
     :func:`applies`), ``mode`` is not False, and, for ``mode == "auto"``, links x ``upper``
     is at most :data:`FLOW_MAX_ARCS`; within :func:`flow_budget` ``(engine_seconds)``
     seconds, over :data:`FLOW_DESTINATIONS` destinations of :func:`destination_order`.
-    ``mode`` True lifts the size limit (the time limit stays).
+    ``mode`` True lifts the size limit (the time limit stays). ``time_limit`` replaces the
+    budget.
 
     Parameters
     ----------
@@ -584,5 +601,5 @@ def gated_flow_bound(
             if at is not None:
                 per.setdefault(v, []).append(int(at))
     order = destination_order(instance, per)[:FLOW_DESTINATIONS]
-    return flow_bound_between(instance, lower, upper, time_limit=flow_budget(engine_seconds),
-                              destinations=order)
+    budget = flow_budget(engine_seconds) if time_limit is None else time_limit
+    return flow_bound_between(instance, lower, upper, time_limit=budget, destinations=order)
