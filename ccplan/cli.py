@@ -470,8 +470,10 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         data["upper_bound_slots"] = res.makespan_slots
         data["upper_bound_us"] = res.makespan_us
         data["upper_bound_verified"] = res.verified
-        if res.schedule is not None:
-            data["upper_bound_gap"] = res.gap
+        if res.schedule is not None and res.makespan_slots:
+            # against the best bound here (the flow bound may have risen past solve's)
+            best_lower = max(bounds.best_slots, res.lower_bound_slots)
+            data["upper_bound_gap"] = (res.makespan_slots - best_lower) / res.makespan_slots
     if args.json:
         print(json.dumps(data, indent=1))
         return EXIT_OK
