@@ -4,7 +4,8 @@ Builds a valid AllGather schedule of a ``rows x cols`` torus directly as numpy c
 rings, then column rings; see :func:`synthetic_torus_allgather`) and times the parts that
 every run at this scale pays besides its engine: ``make_instance`` (its reachability check),
 ``Schedule.from_columns``, ``verify``, ``lower_bound_slots`` (in full, and cheap-first with
-``stop_at``), and optionally ``.sends`` (building the ``Send`` objects) and a columnar save /
+``stop_at``; with ``--no-symmetry`` also with every max-flow computed, the same value),
+and optionally ``.sends`` (building the ``Send`` objects) and a columnar save /
 load round trip. Each step's wall seconds, CPU seconds and the process's resident memory
 after it (``RSS MB``) and its high-water mark so far (``peak MB``) are printed in a table, with
 the load average (2 cores, shared machine).
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size", default="1GB")
     ap.add_argument("--stop-at", type=int, default=None, help="makespan for the cheap-first bound")
     ap.add_argument("--no-full-bound", action="store_true", help="skip the full lower bound")
+    ap.add_argument("--no-symmetry", action="store_true",
+                    help="also time the full bound with every max-flow computed (bounds.SYMMETRY off)")
     ap.add_argument("--sends", action="store_true", help="also build the Send objects (.sends)")
     ap.add_argument("--npz", help="also save and load the columnar file at this path")
     args = ap.parse_args(argv)
@@ -147,6 +150,13 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_full_bound:
         inst.__dict__.pop("_ccplan_lower_bound_slots", None)
         step("bound (full)", lambda: lower_bound_slots(inst))
+        if args.no_symmetry:
+            import ccplan.bounds
+
+            inst.__dict__.pop("_ccplan_lower_bound_slots", None)
+            ccplan.bounds.SYMMETRY = False
+            step("bound (full, no symmetry)", lambda: lower_bound_slots(inst))
+            ccplan.bounds.SYMMETRY = True
     if args.npz:
         from ccplan.schedule import load_schedule, save_schedule
 

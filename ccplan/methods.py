@@ -345,7 +345,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     else:
         outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
-    result = _verified_result(instance, method, outcome, seconds)
+    result = _verified_result(instance, method, outcome, seconds, opts)
     if outcome.details.get("interrupted"):
         what = (
             "no schedule yet"
@@ -356,8 +356,17 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     return result
 
 
-def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds: float) -> Result:
-    """Verify an engine's outcome and attach the lower bound (the second half of :func:`solve`)."""
+def _verified_result(
+    instance: Instance, method: str, outcome: Outcome, seconds: float, options: SolveOptions | None = None
+) -> Result:
+    """Verify an engine's outcome and attach the lower bound (the second half of :func:`solve`).
+
+    The bound is the analytic one (:func:`ccplan.bounds.lower_bound_slots`), the engine's
+    own, and where the gap is still open the flow-over-time LP bound
+    (:func:`ccplan.model.relax.gated_flow_bound`: small store-and-forward data-movement
+    instances, within a share of the engine's time; ``options.extra["flow_bound"]`` False
+    turns it off, True lifts its size limit), reported under ``details["flow_bound"]``.
+    """
     from ccplan.bounds import lower_bound_slots
 
     report = None
@@ -378,6 +387,12 @@ def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds:
     if outcome.bound_slots is not None:
         bound = max(bound, math.ceil(outcome.bound_slots - 1e-9))
     details = dict(outcome.details)
+    if verified and makespan is not None and makespan > bound and status != "optimal":
+        flow = _flow_bound(instance, bound, makespan, seconds, report, outcome, options)
+        if flow is not None:
+            # without its seconds (logged): details are compared across runs (sweep tables)
+            details["flow_bound"] = {k: v for k, v in flow.as_dict().items() if k != "seconds"}
+            bound = max(bound, flow.slots)
     if status == "optimal" and makespan is not None:
         bound = max(bound, makespan)
     elif verified and makespan is not None and makespan <= bound:
@@ -397,6 +412,31 @@ def _verified_result(instance: Instance, method: str, outcome: Outcome, seconds:
         details=details,
         instance=instance,
     )
+
+
+def _flow_bound(
+    instance: Instance, bound: int, makespan: int, seconds: float, report: Report | None, outcome: Outcome,
+    options: SolveOptions | None,
+) -> Any:
+    """The gated flow-over-time bound of a verified schedule (None when it did not run).
+
+    Not again after an engine that ran it (the exact engine reports ``details["bounds"]
+    ["flow"]``); an LP HiGHS cannot solve leaves the bound as it was.
+    """
+    ran = outcome.details.get("bounds")
+    if isinstance(ran, Mapping) and ran.get("flow") is not None:
+        return None
+    mode = "auto" if options is None else options.extra.get("flow_bound", "auto")
+    from ccplan.model.relax import gated_flow_bound
+
+    try:
+        return gated_flow_bound(
+            instance, bound, makespan, engine_seconds=seconds,
+            arrivals=None if report is None else report.arrivals, mode=mode,
+        )
+    except (RuntimeError, ValueError, MemoryError) as exc:
+        log.warning("flow-over-time bound skipped: %s", exc)
+        return None
 
 
 # Built-in engines, imported on first use so that light methods never import Pyomo.

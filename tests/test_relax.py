@@ -273,3 +273,115 @@ def test_node_ids_need_not_be_positions() -> None:
     fb = flow_bound(inst, 0)
     assert fb is not None and fb.slots == 11 == flow_bound(base, 0).slots  # type: ignore[union-attr]
     assert max_flow_into(inst, 1 + shift, 10) < 7
+
+
+# ------------------------------------------------------------------ the bound for every method
+def test_bisection_gives_the_stepwise_bound() -> None:
+    """:func:`flow_bound_between` (bisection between a lower bound and a makespan) gives the
+    value of :func:`flow_bound`'s step-by-step search over every destination, from scratch
+    and up to three slots above the optimum, on all the instances above."""
+    from ccplan.model.relax import flow_bound_between
+
+    fewer = 0
+    for name, inst in CASES.items():
+        upper = _optimum(name) + 3
+        step = flow_bound(inst, 0, upper=upper)
+        inst.__dict__.pop("_ccplan_flow_refutes", None)
+        bisect = flow_bound_between(inst, 0, upper)
+        assert step is not None and bisect is not None and bisect.complete
+        assert bisect.slots == step.slots, name
+        fewer += bisect.lps < step.lps
+        again = flow_bound_between(inst, 0, upper)  # the LP answers are kept on the instance
+        assert again is not None and again.slots == bisect.slots and again.lps == 0
+    assert fewer >= 20
+
+
+@pytest.mark.parametrize("method", ["cut-aware", "layered", "mteg", "ring"])
+def test_every_method_reports_a_bound_at_most_the_optimum(method: str) -> None:
+    """``solve``'s reported bound, now with the flow-over-time bound for every method, is
+    never above the exact engine's proven optimum; on the chassis instances it is raised
+    above the analytic bound (where the method's schedule leaves a gap)."""
+    from ccplan.errors import CCPlanError
+
+    raised = 0
+    for name, inst in CASES.items():
+        try:
+            res = solve(inst, method, SolveOptions(time_limit=30))
+        except CCPlanError:
+            continue  # the method does not serve this instance
+        assert res.verified and res.makespan_slots is not None
+        assert res.lower_bound_slots <= _optimum(name) <= res.makespan_slots, name
+        flow = res.details.get("flow_bound")
+        if flow is not None and flow["slots"] > lower_bound_slots(inst):
+            raised += 1
+    assert raised >= 4
+
+
+def test_cut_aware_reports_the_tighter_flow_bound() -> None:
+    """The instance of :func:`test_mini_chassis_by_hand` (analytic bound 10, optimum 11 by
+    hand): ``cut-aware`` finds 11; ``solve`` reports the flow bound 11, so the gap is 0 and
+    the status optimal. With the flow bound turned off the bound is the analytic 10."""
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    res = solve(inst, "cut-aware")
+    assert res.verified and res.makespan_slots == 11
+    assert res.lower_bound_slots == 11 and res.gap == 0 and res.status == "optimal"
+    assert res.details["flow_bound"]["slots"] == 11
+    assert res.details["flow_bound"]["refuted"][0] == [1, 10]  # GPU 1 refutes 10, as by hand
+    off = solve(
+        make_instance(topo, make_collective("allgather", topo), "1MB"),
+        "cut-aware",
+        SolveOptions(extra={"flow_bound": False}),
+    )
+    assert off.lower_bound_slots == 10 and off.status == "feasible" and "flow_bound" not in off.details
+
+
+def test_gates_of_the_flow_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It runs only with an open gap, where the relaxation applies, under the size limit
+    (lifted by ``mode=True``) and within its time (a time limit of 0 leaves the lower bound,
+    still valid)."""
+    from ccplan.model import relax
+
+    topo = mini_chassis(2, 4)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    assert relax.gated_flow_bound(inst, 10, 10) is None  # no gap
+    assert relax.gated_flow_bound(inst, 10, None) is None  # no verified makespan
+    assert relax.gated_flow_bound(inst, 10, 12, mode=False) is None
+    cut = make_instance(topo, make_collective("allgather", topo), "1MB", switch_model="cut-through")
+    assert relax.gated_flow_bound(cut, 10, 12) is None
+    rs = make_instance(topo, make_collective("reducescatter", topo), "1MB")
+    assert relax.gated_flow_bound(rs, 10, 12) is None
+    monkeypatch.setattr(relax, "FLOW_MAX_ARCS", topo.num_links * 12 - 1)
+    assert relax.gated_flow_bound(inst, 10, 12) is None
+    forced = relax.gated_flow_bound(inst, 10, 12, mode=True)
+    assert forced is not None and forced.slots == 11
+    monkeypatch.setattr(relax, "FLOW_MAX_ARCS", 10**9)
+    monkeypatch.setattr(relax, "FLOW_FLOOR", 0.0)
+    fresh = make_instance(topo, make_collective("allgather", topo), "1MB")
+    stopped = relax.gated_flow_bound(fresh, 10, 12, engine_seconds=0.0)
+    assert stopped is not None and stopped.slots == 10 and not stopped.complete and stopped.lps == 0
+
+
+def test_compute_bounds_and_the_cli_show_the_flow_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    """DGX2 with 2 chassis, 1 MB (``docs/exact.md`` 7.1: analytic 37, flow bound and optimum
+    44). ``compute_bounds`` with the makespan 44 reports ``flow_slots`` 44 as the best bound;
+    ``ccplan bounds`` prints it on its own line and, with ``--no-flow``, leaves it out."""
+    import json
+
+    from ccplan.bounds import compute_bounds
+    from ccplan.cli import main
+    from ccplan.instances import builtin as bt
+
+    topo = bt.dgx2(2)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    b = compute_bounds(inst, upper=44)
+    assert (b.cut_slots, b.flow_slots, b.best_slots, b.best_name) == (37, 44, 44, "flow")
+    assert compute_bounds(inst).flow_slots is None  # no makespan, no LP
+    argv = ["bounds", "--topology", "dgx2", "--chassis", "2", "--size", "1MB", "--upper-method", "cut-aware"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert any(line.split() == ["flow_slots", "44"] for line in text.splitlines()), text
+    assert "makespan >= 44 slots" in text
+    assert main([*argv, "--no-flow", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["flow_slots"] is None and data["best_slots"] == 37 and data["upper_bound_slots"] == 44

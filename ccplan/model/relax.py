@@ -420,3 +420,186 @@ def flow_bound(
              time.perf_counter() - t0, i, len(order))
     return FlowBound(slots=D, destination=who, checked=i, complete=i == len(order),
                      lps=lps, seconds=time.perf_counter() - t0, refuted=tuple(refuted))
+
+
+# --------------------------------------------------------------------------- every method
+FLOW_MAX_ARCS = 20_000
+"""By default (``"auto"``) :func:`gated_flow_bound` runs only when links x makespan is at most
+this (the LP of one destination has about that many send arcs). Measured at load 3-5: one LP
+of DGX2 4 chassis 1 GB (160 links, ``D = 68``, 11,000 arcs) takes 1.2 s, of which HiGHS 1.0 s;
+AMD 4 chassis (35,000-45,000 arcs) 8-12 s per LP, DGX2 8 chassis (48,000-81,000) 15-25 s. So
+the limit admits DGX2 x4 and AMD x2 with any heuristic's makespan and keeps out the
+instances where a single LP would take longer than most engines."""
+
+FLOW_DESTINATIONS = 4
+"""Destinations checked (:func:`destination_order`, the schedule's latest served first), as
+the exact engine does (``ccplan.model.exact.RELAX_DESTINATIONS``)."""
+
+FLOW_SHARE = 1.0
+FLOW_FLOOR = 2.0
+FLOW_CAP = 30.0
+"""The time limit of :func:`gated_flow_bound` after a solve: ``FLOW_SHARE`` times the
+engine's seconds, at least ``FLOW_FLOOR`` and at most ``FLOW_CAP`` seconds
+(:func:`flow_budget`), so a run pays at most 2 s or its own time again. The floor is what
+the one LP that proves ``cut-aware``'s 69 slots optimal on DGX2 4 chassis takes (``D = 68``,
+1.2 s at load 3; :data:`CLOSE_GAP`). ``ccplan bounds`` (:func:`ccplan.bounds.compute_bounds`
+with a makespan) gives it ``FLOW_CAP``."""
+
+
+CLOSE_GAP = 10
+""":func:`flow_bound_between` asks ``upper - 1`` first when the gap is at most ``1 /
+CLOSE_GAP`` of the makespan (``cut-aware`` on DGX2 4 chassis: 64 against 69, one LP)."""
+
+
+def flow_budget(engine_seconds: float) -> float:
+    """Seconds for :func:`gated_flow_bound` after an engine that took ``engine_seconds``."""
+    return min(FLOW_CAP, max(FLOW_FLOOR, FLOW_SHARE * max(0.0, engine_seconds)))
+
+
+def flow_bound_between(
+    instance: Instance, lower: int, upper: int, *, time_limit: float | None = None,
+    destinations: list[int] | None = None,
+) -> FlowBound | None:
+    """The flow-over-time bound between a valid lower bound and a verified makespan, by
+    bisection: the value of :func:`flow_bound` ``(instance, lower, upper=upper,
+    destinations=...)`` with fewer LPs.
+
+    For each destination ``v`` in turn, with ``b`` the bound so far (when the gap is within
+    :data:`CLOSE_GAP`, ``upper - 1`` is asked first: refuted, the bound is ``upper``): if
+    ``v``'s LP does not refute ``b`` it cannot raise the bound (the LP maximum grows with ``D``, module
+    docstring); otherwise ``upper - 1`` is asked next (refuted: the bound is ``upper``, the
+    makespan is optimal, stop) and then the smallest ``D`` in ``(b, upper - 1)`` that ``v``
+    does not refute is found by bisection. (Against the step-by-step search of
+    :func:`flow_bound`: DGX2 4 chassis 1 GB from 64 to a makespan of 69, 2 LPs instead of 5;
+    DGX2 2 chassis 1 MB 2 instead of 7; AMD 2 chassis 6 instead of 5.) Every refutation is
+    a proof on its own (the certificate of :func:`max_flow_into`), so the bound ``1 +`` the
+    largest refuted ``D`` is valid even where a time limit stops the search. LP answers are
+    kept on the instance: a second call (``ccplan bounds`` after ``solve``) solves no LP
+    twice.
+
+    Returns
+    -------
+    FlowBound or None
+        None when the relaxation does not apply (:func:`applies`). ``lps`` counts the LPs
+        solved by this call; ``complete`` says every destination was settled.
+    """
+    if not applies(instance):
+        return None
+    t0 = time.perf_counter()
+    memo: dict[tuple[int, int], bool] = instance.__dict__.setdefault("_ccplan_flow_refutes", {})
+    dist = latency_matrix(instance.topology, instance.latency)
+    order = list(destinations) if destinations is not None else _order(instance)
+    need: dict[int, int] = defaultdict(int)
+    for _c, w in instance.collective.demands:
+        need[w] += 1
+    best = max(0, int(lower))
+    lps = 0
+    refuted: list[tuple[int, int]] = []
+    who: int | None = None
+    out_of_time = False
+
+    def refutes(v: int, D: int) -> bool | None:
+        """Whether ``v``'s LP refutes ``D`` (None: out of time)."""
+        nonlocal lps, out_of_time
+        if (v, D) not in memo:
+            left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
+            if left is not None and left <= 0:
+                out_of_time = True
+                return None
+            value = max_flow_into(instance, v, D, dist=dist, time_limit=left)
+            if value is None:
+                out_of_time = True
+                return None
+            lps += 1
+            memo[(v, D)] = value < need[v] - FEASIBLE_TOLERANCE
+        if memo[(v, D)]:
+            refuted.append((v, D))
+        return memo[(v, D)]
+
+    checked = 0
+    for v in order:
+        if best >= upper:
+            break
+        if (upper - best) * CLOSE_GAP <= upper and upper - 1 > best:
+            # a close schedule is often optimal: one LP that refutes upper - 1 proves it
+            answer = refutes(v, upper - 1)
+            if answer is None:
+                break
+            if answer:
+                best, who = upper, v
+                checked += 1
+                break
+        answer = refutes(v, best)
+        if answer is None:
+            break
+        if answer:
+            bad, good = best, upper  # bad is refuted; upper is a verified makespan
+            if upper - 1 > bad:
+                top = refutes(v, upper - 1)
+                if top is None:
+                    best, who = bad + 1, v
+                    break
+                if top:
+                    bad = upper - 1
+                else:
+                    good = upper - 1
+            while good - bad > 1:
+                mid = (bad + good) // 2
+                answer = refutes(v, mid)
+                if answer is None:
+                    break
+                if answer:
+                    bad = mid
+                else:
+                    good = mid
+            best, who = bad + 1, v
+            if out_of_time:
+                break
+        checked += 1
+    seconds = time.perf_counter() - t0
+    log.info("flow bound %d between %d and %d (%d LPs, %.1f s, %d of %d destinations)", best, lower,
+             upper, lps, seconds, checked, len(order))
+    complete = checked == len(order) or (best >= upper and not out_of_time)
+    return FlowBound(slots=best, destination=who, checked=checked, complete=complete, lps=lps,
+                     seconds=seconds, refuted=tuple(refuted))
+
+
+def gated_flow_bound(
+    instance: Instance, lower: int, upper: int | None, *, engine_seconds: float = 0.0,
+    arrivals: Any = None, mode: object = "auto", time_limit: float | None = None,
+) -> FlowBound | None:
+    """The flow-over-time bound where it is worth its time (what ``ccplan.methods.solve``,
+    ``ccplan.bounds.compute_bounds`` and ``ccplan bounds`` report).
+
+    Runs :func:`flow_bound_between` only when ``upper`` (a verified makespan) is above
+    ``lower`` (the gap is open), the relaxation applies (store-and-forward data movement:
+    :func:`applies`), ``mode`` is not False, and, for ``mode == "auto"``, links x ``upper``
+    is at most :data:`FLOW_MAX_ARCS`; within :func:`flow_budget` ``(engine_seconds)``
+    seconds, over :data:`FLOW_DESTINATIONS` destinations of :func:`destination_order`.
+    ``mode`` True lifts the size limit (the time limit stays). ``time_limit`` replaces the
+    budget.
+
+    Parameters
+    ----------
+    arrivals : mapping, optional
+        ``(chunk, node) -> slot`` of the schedule (``Report.arrivals``): the destinations
+        it serves last are checked first.
+
+    Returns
+    -------
+    FlowBound or None
+        None when it did not run.
+    """
+    if mode is False or upper is None or upper <= lower or not applies(instance):
+        return None
+    if mode == "auto" and instance.topology.num_links * upper > FLOW_MAX_ARCS:
+        return None
+    per: dict[int, list[int]] = {}
+    if arrivals is not None:
+        for chunk, v in instance.collective.demands:
+            at = arrivals.get((chunk, v))
+            if at is not None:
+                per.setdefault(v, []).append(int(at))
+    order = destination_order(instance, per)[:FLOW_DESTINATIONS]
+    budget = flow_budget(engine_seconds) if time_limit is None else time_limit
+    return flow_bound_between(instance, lower, upper, time_limit=budget, destinations=order)
