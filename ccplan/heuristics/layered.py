@@ -944,8 +944,9 @@ class _FastPath:
         # every pair a fast receiver keeps is one it wants (the others went to the general
         # code), so its fixed part is _BIG + 10**8 + max(0, 9 - others) * 10**7, from a table
         if self.uniform[heads[fast_at]].all():
-            # in_held counts the pair's own tail too: _FIXED[1:] is indexed by others + 1
-            fixed = _FIXED[1:][st.in_held[prec, pc]]
+            # in_held counts the pair's own tail too: _FIXED[1:] is indexed by others + 1 (a
+            # flat take: twice as fast as the 2-D index on millions of pairs)
+            fixed = _FIXED[1:][st.in_held.reshape(-1).take(prec * st.in_held.shape[1] + pc)]
         else:
             uni = self.uniform[prec]
             fixed = np.zeros(len(pl), dtype=np.int64)
