@@ -79,8 +79,8 @@ _STORM = 12  # refreshed heap keys per send (two layers running) that hand a run
 _RARITY_CAP = 999  # the rarity term of the chunk score counts at most this many missing holders
 _HEAP_MIN_CAPPED = 0.5  # heaps when the rarity term stays capped for this share of a chunk's spread
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
-_NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
-_KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
+_NEAR = 10**4  # pairs kept per link: start weight within this of its largest (one holder)
+_KEEP = 16  # ... and at most this many of them (fewer: more receivers computed in full)
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
 # _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
