@@ -490,6 +490,12 @@ def _min_feasible(pred: Callable[[int], bool], lo: int) -> int:
         good = lo + step
         if step > _SEARCH_LIMIT:
             raise RuntimeError("bound search did not terminate; the instance looks infeasible")
+    return _bisect(pred, bad, good)
+
+
+def _bisect(pred: Callable[[int], bool], bad: int, good: int) -> int:
+    """Smallest ``D`` in ``(bad, good]`` with ``pred(D)``, given ``not pred(bad)`` and
+    ``pred(good)`` for a monotone ``pred``."""
     while good - bad > 1:
         mid = (good + bad) // 2
         if pred(mid):
@@ -516,13 +522,7 @@ def _min_feasible_near(pred: Callable[[int], bool], guess: int) -> int:
         if probe == 0:
             return 0
         step *= 2
-    while good - bad > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    return _bisect(pred, bad, good)
 
 
 @dataclass(frozen=True)

@@ -668,16 +668,40 @@ class _TreeCostSearch:
         limit = horizon if horizon is not None else math.inf
         heap = self.heap
         trees = self.trees
+        aside: list[_Seed] = []  # valid seeds beyond the horizon, back to the heap at the end
+        # the common case: the cheapest valid seed is a terminal, and nothing (no relay label)
+        # can be cheaper than it
+        while (e := self._valid_top()) is not None:
+            _cost, arr, y, ci, _p, _jp, j, t = e
+            tree = trees[ci]
+            if arr > limit:
+                aside.append(heapq.heappop(heap))
+                continue
+            if y in tree.remaining:
+                # the seed stays: a probe beyond the horizon joins nothing (otherwise its
+                # head joins the tree and the next search drops it)
+                for x in aside:
+                    heapq.heappush(heap, x)
+                return ci, [(j, t)]
+            return self._search_relays(aside, limit)
+        for x in aside:
+            heapq.heappush(heap, x)
+        return None
+
+    def _valid_top(self) -> _Seed | None:
+        """The cheapest seed still valid, left on top of the heap: seeds of a reached head, a
+        finished tree, a superseded slot or a cost pushed again lower are dropped; a seed whose
+        slot was reserved since gets its next free slot and a new key."""
+        bd = self.bd
+        heap = self.heap
+        trees = self.trees
         seeds = self.seed_send
         lat = bd.lat
         tail = bd.tail
         free_start = bd.res.free_start
-        aside: list[_Seed] = []  # valid seeds beyond the horizon, back to the heap at the end
-        # the common case, inline: the cheapest valid seed is a terminal, and nothing (no
-        # relay label) can be cheaper than it
         while heap:
             e = heap[0]
-            cost, arr, y, ci, p, jp, j, t = e
+            cost, _arr, y, ci, p, jp, j, t = e
             tree = trees[ci]
             if y in tree.arrival or not tree.remaining or seeds[ci].get(j) != t:
                 heapq.heappop(heap)
@@ -693,18 +717,7 @@ class _TreeCostSearch:
                 seeds[ci][j] = t2
                 heapq.heapreplace(heap, (L + (t2 - b if t2 > b else 0), t2 + L, y, ci, p, jp, j, t2))
                 continue
-            if arr > limit:
-                aside.append(heapq.heappop(heap))
-                continue
-            if y in tree.remaining:
-                # the seed stays: a probe beyond the horizon joins nothing (otherwise its
-                # head joins the tree and the next search drops it)
-                for x in aside:
-                    heapq.heappush(heap, x)
-                return ci, [(j, t)]
-            return self._search_relays(aside, limit)
-        for x in aside:
-            heapq.heappush(heap, x)
+            return e
         return None
 
     def _search_relays(self, taken: list[_Seed], limit: float) -> tuple[int, list[tuple[int, int]]] | None:
@@ -719,31 +732,14 @@ class _TreeCostSearch:
         tail = bd.tail
         out = bd.out
         trees = self.trees
-        seeds = self.seed_send
         heap = self.heap
         rheap: list[tuple[int, int, int, int, int, _Label, int]] = []
         seq = 0
         popped: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
         def next_seed() -> _Seed | None:
-            while heap:
-                e = heap[0]
-                cost, arr, y, ci, p, jp, j, t = e
-                tree = trees[ci]
-                if y in tree.arrival or not tree.remaining or seeds[ci].get(j) != t:
-                    heapq.heappop(heap)
-                    continue
-                v = tail[j]
-                b = tree.last[v]
-                L = lat[j]
-                if cost != L + (t - b if t > b else 0):  # pushed again with a lower cost
-                    heapq.heappop(heap)
-                    continue
-                t2 = free_start(j, tree.arrival[v])
-                if t2 != t:  # reserved since: a later slot, a larger key
-                    seeds[ci][j] = t2
-                    heapq.heapreplace(heap, (L + (t2 - b if t2 > b else 0), t2 + L, y, ci, p, jp, j, t2))
-                    continue
+            while (e := self._valid_top()) is not None:
+                arr = e[1]
                 heapq.heappop(heap)
                 taken.append(e)
                 if arr > limit:
