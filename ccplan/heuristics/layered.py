@@ -818,10 +818,10 @@ class _FastPath:
         got = self._free_links(res, t, st)
         if got is None:
             return 0
-        cl, units, _heads, cuts, _lack = got
+        cl, units, heads, cuts, _lack = got
         links = cl.tolist()
         unit_l = units.tolist()
-        heads_l = _heads.tolist()
+        heads_l = heads.tolist()
         n_chunks = st.held_arr.shape[1]
         shift, mask, lists = heaps.shift, heaps.mask, heaps.lists
         have = st.have_flat
