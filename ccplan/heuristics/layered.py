@@ -79,8 +79,13 @@ _STORM = 12  # refreshed heap keys per send (two layers running) that hand a run
 _RARITY_CAP = 999  # the rarity term of the chunk score counts at most this many missing holders
 _HEAP_MIN_CAPPED = 0.5  # heaps when the rarity term stays capped for this share of a chunk's spread
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
-_NEAR = 10**4  # pairs kept per link: start weight within this of its largest (one holder)
-_KEEP = 16  # ... and at most this many of them (fewer: more receivers computed in full)
+_NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
+_KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
+# ... on the instances that take the heaps (thousands of uniform receivers), whose late
+# layers weigh about a thousand pairs per link: fewer kept pairs there (torus 48x48 146 vs
+# 158 and 164 vs 193 CPU s side by side; NDv2 x128 is slower with them, 57 vs 48 CPU s)
+_NEAR_UNIFORM = 10**4
+_KEEP_UNIFORM = 16
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
 # _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
@@ -299,17 +304,19 @@ def layered_schedule(
     # every receiver uniform (a torus, a mesh): each link keeps its candidate pairs across
     # layers in a lazily refreshed heap (_HeapLists) instead of the blocks re-reading them
     has_in = np.bincount(head_pos, minlength=n_nodes) > 0
-    heaps = (
-        _HeapLists.build(state, tail_pos, head_pos)
-        if _HEAPS
-        and not instance.single_port
-        and not _REFERENCE_LAYER
+    uniform_large = (
+        not instance.single_port
         and not fast.relay_check.any()
         and bool(fast.uniform[has_in].all())
         # heaps pay while chunk scores stand still: the rarity term is capped at 999 until a
         # chunk has max_holders - 999 holders, so most of a run at thousands of nodes and
         # none of it below a thousand (torus 32x32: 25 holders of 1,024)
         and state.max_holders - _RARITY_CAP >= _HEAP_MIN_CAPPED * state.max_holders
+    )
+    state.near, state.keep = (_NEAR_UNIFORM, _KEEP_UNIFORM) if uniform_large else (_NEAR, _KEEP)
+    heaps = (
+        _HeapLists.build(state, tail_pos, head_pos)
+        if _HEAPS and not _REFERENCE_LAYER and uniform_large
         else None
     )
 
@@ -491,6 +498,8 @@ class _State:
     in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
     have_flat: bytearray = field(default_factory=bytearray)  # have_arr's buffer, read one byte at a time
+    near: int = _NEAR  # the blocks' kept pairs per link: window below the largest start weight
+    keep: int = _KEEP  # ... and at most this many
 
     def active_receivers(self) -> list[int]:
         """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
@@ -964,24 +973,27 @@ class _FastPath:
         # holders, fewer unsatisfied), so at the receiver's turn a scan for the largest weight
         # then may stop at the first pair whose weight now is below the best found; when it
         # runs past the pairs kept, the receiver's weights are computed in full
+        near_w, keep_n = st.near, st.keep
         w0 = fixed + chunk_score[pc]
         if n_pairs:
-            floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - _NEAR
+            floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - near_w
         else:
             floor = np.zeros(len(cl), dtype=np.int64)
         near = np.flatnonzero(w0 >= floor[pl])
         # pairs come by link and chunk ascending: a stable sort by (link, weight descending)
-        # puts the lowest chunk first on a tie (floor <= w0 <= floor + _NEAR within a link)
-        near = near[np.argsort(pl[near] * (_NEAR + 1) + (floor[pl[near]] + _NEAR - w0[near]), kind="stable")]
+        # puts the lowest chunk first on a tie (floor <= w0 <= floor + near_w within a link)
+        near = near[
+            np.argsort(pl[near] * (near_w + 1) + (floor[pl[near]] + near_w - w0[near]), kind="stable")
+        ]
         near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
-        # at most _KEEP pairs per link: the floor of a cut link rises to the weight of its last
+        # at most keep_n pairs per link: the floor of a cut link rises to the weight of its last
         # kept pair; a pair left out weighs less, or as much with a higher chunk (_rows_scan)
         rank = np.arange(len(near)) - near_starts_arr[:-1][pl[near]]
-        cut = np.diff(near_starts_arr) > _KEEP
+        cut = np.diff(near_starts_arr) > keep_n
         if cut.any():
             at = np.flatnonzero(cut)
-            floor[at] = w0[near[near_starts_arr[at] + _KEEP - 1]]
-            near = near[rank < _KEEP]
+            floor[at] = w0[near[near_starts_arr[at] + keep_n - 1]]
+            near = near[rank < keep_n]
             near_starts_arr = np.searchsorted(pl[near], np.arange(len(cl) + 1))
         near_starts = near_starts_arr.tolist()
         cut_l = cut.tolist()
