@@ -195,13 +195,17 @@ def test_heap_path_falls_back_to_the_full_assignment() -> None:
     assert seen
 
 
-def test_rows_first_matches_linear_sum_assignment() -> None:
+@pytest.mark.parametrize("mask_from", [256, 0], ids=["columns sorted", "columns by mask"])
+def test_rows_first_matches_linear_sum_assignment(mask_from: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Whenever the row-by-row rule answers, scipy's assignment picks the same columns.
 
     Random receivers (1-4 links, 1-2 units each, weights from a few values so ties abound):
     the rule takes, row by row, the lowest unassigned chunk of the row's largest weight; on the
-    matrix :func:`_match_receiver` builds, scipy must return the same rows and columns.
+    matrix :func:`_match_receiver` builds, scipy must return the same rows and columns. The
+    full assignment ``_assign`` must equal scipy on that matrix with either way of finding its
+    columns (by sorting, or by a mask over chunk ids as above ``_ASSIGN_MASK_FROM`` pairs).
     """
+    monkeypatch.setattr(layered, "_ASSIGN_MASK_FROM", mask_from)
     rng = np.random.default_rng(7)
     answered = 0
     for _ in range(3000):

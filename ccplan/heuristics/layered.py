@@ -85,6 +85,7 @@ _KEEP = 64  # ... and at most this many of them (fewer: more receivers computed 
 # layers weigh about a thousand pairs per link: fewer kept pairs there (torus 48x48 146 vs
 # 158 and 164 vs 193 CPU s side by side; NDv2 x128 is slower with them, 57 vs 48 CPU s)
 _NEAR_UNIFORM = 10**4
+_ASSIGN_MASK_FROM = 256  # _assign finds its columns with a mask above this many pairs, else by sorting
 _KEEP_UNIFORM = 16
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
@@ -1190,15 +1191,20 @@ def _assign(
 ) -> list[tuple[int, int]]:
     """The full assignment of one receiver, on the matrix :func:`_match_receiver` builds
     (rows: link units in order; columns: the offered chunks ascending; 0 where not offered)."""
-    # the columns as a mask over chunk ids: a chunk's column is the count of offered chunks
-    # below it (no sort: np.unique and searchsorted were half of a call at 4,096 GPUs)
-    mask = np.zeros(int(chunks.max()) + 1 if len(chunks) else 0, dtype=bool)
-    mask[chunks] = True
-    cols = np.flatnonzero(mask)
-    col_of = np.cumsum(mask) - 1
     n = len(units)
+    if len(chunks) > _ASSIGN_MASK_FROM:
+        # many pairs: the columns as a mask over chunk ids, a chunk's column the count of
+        # offered chunks below it (np.unique and searchsorted were half of a call at 4,096
+        # GPUs); a few pairs (NDv2's 131,072 small calls): the sort is cheaper
+        mask = np.zeros(int(chunks.max()) + 1, dtype=bool)
+        mask[chunks] = True
+        cols = np.flatnonzero(mask)
+        at = (np.cumsum(mask) - 1)[chunks]
+    else:
+        cols = np.unique(chunks)
+        at = np.searchsorted(cols, chunks)
     per_link = np.zeros((n, len(cols)), dtype=np.int64)
-    per_link[np.repeat(np.arange(n), counts), col_of[chunks]] = w
+    per_link[np.repeat(np.arange(n), counts), at] = w
     if max(units) == 1:
         row_links = list(range(n))
         mat = per_link
