@@ -315,11 +315,7 @@ def layered_schedule(
         and state.max_holders - _RARITY_CAP >= _HEAP_MIN_CAPPED * state.max_holders
     )
     state.near, state.keep = (_NEAR_UNIFORM, _KEEP_UNIFORM) if uniform_large else (_NEAR, _KEEP)
-    heaps = (
-        _HeapLists.build(state, tail_pos, head_pos)
-        if _HEAPS and not _REFERENCE_LAYER and uniform_large
-        else None
-    )
+    heaps = _HeapLists.build(state, head_pos) if _HEAPS and not _REFERENCE_LAYER and uniform_large else None
 
     pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
     # the sends as three int32 columns until Schedule.from_columns
@@ -505,6 +501,14 @@ class _State:
     def active_receivers(self) -> list[int]:
         """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
         return np.unique(self.head_pos[np.asarray(self.lacking) > 0]).tolist()
+
+    def uniform_fixed(self, receivers: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """The fixed part of the weights of pairs into uniform receivers (wanted, exclusive
+        term): ``_FIXED[1:][in_held[receivers, chunks]]``, since ``in_held`` counts the pair's
+        own tail too; read as one flat take (twice as fast as the 2-D index on millions of
+        pairs)."""
+        flat = self.in_held.reshape(-1).take(receivers * self.in_held.shape[1] + chunks)
+        return _FIXED[1:][flat]
 
     def refresh(self, t: int) -> None:
         """Start layer ``t``: forget the cached arrival estimates."""
@@ -898,7 +902,7 @@ class _FastPath:
         n_chunks = st.held_arr.shape[1]
         offered = np.unpackbits(st.cand[cl], axis=1, count=n_chunks, bitorder="little").view(np.bool_)
         row, chunk = np.nonzero(offered)
-        w = _FIXED[1:][st.in_held[p, chunk]] + st.chunk_score[chunk]
+        w = st.uniform_fixed(np.full(len(chunk), p), chunk) + st.chunk_score[chunk]
         counts = np.bincount(row, minlength=len(links))
         return _assign(w, chunk, counts, units, links)
 
@@ -954,9 +958,7 @@ class _FastPath:
         # every pair a fast receiver keeps is one it wants (the others went to the general
         # code), so its fixed part is _BIG + 10**8 + max(0, 9 - others) * 10**7, from a table
         if self.uniform[heads[fast_at]].all():
-            # in_held counts the pair's own tail too: _FIXED[1:] is indexed by others + 1 (a
-            # flat take: twice as fast as the 2-D index on millions of pairs)
-            fixed = _FIXED[1:][st.in_held.reshape(-1).take(prec * st.in_held.shape[1] + pc)]
+            fixed = st.uniform_fixed(prec, pc)
         else:
             uni = self.uniform[prec]
             fixed = np.zeros(len(pl), dtype=np.int64)
@@ -1054,7 +1056,7 @@ class _HeapLists:
     assigned: int = 0  # receivers whose row-by-row rule failed, solved in full
 
     @classmethod
-    def build(cls, st: _State, tail_pos: np.ndarray, head_pos: np.ndarray) -> _HeapLists:
+    def build(cls, st: _State, head_pos: np.ndarray) -> _HeapLists:
         """Heaps of the pairs at the start (``st.cand`` and ``st.in_held`` set up)."""
         n_chunks = st.held_arr.shape[1]
         shift = max(1, n_chunks.bit_length())
@@ -1079,7 +1081,7 @@ class _HeapLists:
         if not len(links):
             return
         st = self.state
-        w = _FIXED[1:][st.in_held[heads, chunks]] + st.chunk_score[chunks]
+        w = st.uniform_fixed(heads, chunks) + st.chunk_score[chunks]
         keys = chunks.astype(np.int64) - (w << self.shift)
         lists = self.lists
         push = heapq.heappush
