@@ -426,9 +426,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ccplan.limits import estimate_verify
     from ccplan.schedule import load_schedule, verify
 
-    instance, schedule = load_schedule(args.schedule)
+    # the budget of the verifier that will run (a .npz file: the column verifier's)
+    instance, schedule = load_schedule(args.schedule, check_budget=False)
+    estimate_verify(instance, schedule, f"verify {str(args.schedule)!r}").check()
     report = verify(instance, schedule)
     _set_status(args, EXIT_OK if report.ok else EXIT_VIOLATION)
     if args.json:

@@ -254,3 +254,50 @@ def test_every_heuristic_engine_checks_the_clock(method):
     res = solve(inst, method, SolveOptions(time_limit=10))
     assert res.verified and res.makespan_slots is not None
     assert res.makespan_slots >= res.lower_bound_slots
+
+
+def test_verify_budget_is_the_column_verifiers_for_a_columnar_file(tmp_path):
+    """A ``.npz`` schedule is checked by the column verifier, so ``ccplan verify`` plans for
+    its memory, not the replay's (the 64x64 torus file was refused at 13.4 GB under the
+    default 4 GB; it verifies in 2.04 GB).
+
+    Torus 8x8 AllGather, C=1: 64 * 63 = 4,032 sends of one slot each. Replay estimate:
+    4,032 * (600 + 200) = 3.2 MB; column estimate: 4,032 * (120 + 40) = 0.65 MB; the horizon
+    term (64 bytes a slot, a few dozen slots) is negligible. Under a 2 MB budget the ``.npz``
+    file verifies, the same schedule as JSON is refused, and the ``.npz`` file with one send
+    dropped (a node misses a chunk: the column check fails) is refused before the replay
+    that would list the violation; under the default budget that file gives exit 1.
+    """
+    from ccplan.limits import estimate_schedule, estimate_verify
+    from ccplan.schedule import Schedule, save_schedule
+
+    topo = resolve_topology("torus2d", rows=8, cols=8)
+    inst = make_instance(topo, make_collective("allgather", topo), "1MB")
+    res = solve(inst, "layered", SolveOptions(seed=0))
+    assert res.verified and len(res.schedule) == 4032
+    npz, js, bad = tmp_path / "s.npz", tmp_path / "s.json", tmp_path / "bad.npz"
+    save_schedule(npz, inst, res.schedule)
+    save_schedule(js, inst, res.schedule)
+    cols = res.schedule.columns()
+    keep = {k: cols[k][:-1] for k in ("slot", "chunk_source", "chunk_index", "src", "dst")}
+    save_schedule(bad, inst, Schedule.from_columns(**keep, method="layered"))
+
+    inst2, loaded = load_schedule(npz, check_budget=False)
+    assert 3.2e6 <= estimate_schedule(inst2, loaded).bytes <= 3.3e6
+    assert 0.64e6 <= estimate_verify(inst2, loaded).bytes <= 0.7e6
+    inst3, from_json = load_schedule(js, check_budget=False)
+    assert estimate_verify(inst3, from_json).bytes == estimate_schedule(inst3, from_json).bytes
+
+    ok = cli("--memory-budget", "2MB", "verify", str(npz))
+    assert ok.returncode == 0, ok.stderr
+    assert "OK        makespan" in ok.stdout
+    refused = cli("--memory-budget", "2MB", "verify", str(js))
+    assert refused.returncode == 2
+    assert "4032 sends" in one_error_line(refused)
+    broken = cli("--memory-budget", "2MB", "verify", str(bad))
+    assert broken.returncode == 2
+    assert "the column check failed" in one_error_line(broken)
+    assert broken.stdout == ""
+    listed = cli("verify", str(bad))
+    assert listed.returncode == 1
+    assert "FAILED" in listed.stdout

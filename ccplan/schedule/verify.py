@@ -302,11 +302,32 @@ def verify(instance: Instance, schedule: Schedule, *, fast: bool = True) -> Repo
     -------
     Report
     """
-    if fast and (len(schedule) >= COLUMN_VERIFY_MIN_SENDS or "_columns" in schedule.__dict__):
+    kept = "_columns" in schedule.__dict__
+    if fast and (len(schedule) >= COLUMN_VERIFY_MIN_SENDS or kept):
         report = verify_columns(instance, schedule)
         if report is not None:
             return report
+        if kept:
+            # a schedule kept as columns was admitted on the column verifier's memory
+            # (limits.estimate_verify); the replay that words the violations makes a Send per
+            # send, about 5 times as much at 16.8 million sends: refused here, not half-run
+            from ccplan.limits import estimate_schedule
+
+            estimate_schedule(
+                instance, schedule, "verify (the column check failed; the replay that lists the violations)"
+            ).check()
     return _verify_replay(instance, schedule)
+
+
+def column_check_applies(instance: Instance, schedule: Schedule) -> bool:
+    """Whether :func:`verify_columns` can accept ``schedule`` (data movement, store-and-forward
+    with every ``L >= 1``, no reducing send); when False the replay decides."""
+    if instance.collective.combining or instance.bufferless:
+        return False
+    latency = np.asarray(instance.latency, dtype=np.int64)
+    if len(latency) and int(latency.min()) < 1:
+        return False
+    return not bool(schedule.columns()["reduce"].any())
 
 
 COLUMN_VERIFY_MIN_SENDS = 256
@@ -590,15 +611,11 @@ def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
         collectives, cut-through switches, a link of ``L = 0``, a reducing send): the
         replay then decides and words the violations.
     """
+    if not column_check_applies(instance, schedule):
+        return None
     coll = instance.collective
-    if coll.combining or instance.bufferless:
-        return None
     latency = np.asarray(instance.latency, dtype=np.int64)
-    if len(latency) and int(latency.min()) < 1:
-        return None
     cols = schedule.columns()
-    if bool(cols["reduce"].any()):
-        return None
     topo = instance.topology
     n = topo.num_nodes
     chunks = coll.chunk_ids
