@@ -118,11 +118,12 @@ def test_fast_path_with_few_kept_pairs_equals_reference(
     assert verify(inst, fast).ok
 
 
-def _heap_cases() -> list[tuple[str, Instance]]:
+def _uniform_cases() -> list[tuple[str, Instance]]:
     """Instances whose receivers are all uniform (every in-link one latency, few in-links, no
-    relay), so the per-link heaps apply: torus and mesh, C = 1 and 2, capacity 2 (two units per
-    link: rows that take two chunks), slack 1 and a shuffled rank."""
-    torus, mesh = bt.torus2d(6, 6), bt.mesh2d(5, 5)
+    relay), so the compiled rule applies: torus and mesh, C = 1 and 2, capacity 2 (two units per
+    link: rows that take two chunks), a broadcast, 15 in-links (fully connected 16: the
+    exclusive term clips at 9 rivals), slack 1 and a shuffled rank."""
+    torus, mesh, full = bt.torus2d(6, 6), bt.mesh2d(5, 5), bt.fully_connected(16)
     return [
         ("torus6", make_instance(torus, make_collective("allgather", torus), "1GB")),
         ("mesh5", make_instance(mesh, make_collective("allgather", mesh), "1GB")),
@@ -132,25 +133,25 @@ def _heap_cases() -> list[tuple[str, Instance]]:
             make_instance(torus, make_collective("allgather", torus, 2), "1GB", capacity=2),
         ),
         ("mesh5 broadcast", make_instance(mesh, make_collective("broadcast", mesh, 4, root=7), "1GB")),
+        ("fully connected 16 C=2", make_instance(full, make_collective("allgather", full, 2), "1GB")),
     ]
 
 
-@pytest.mark.parametrize("storm", [10**9, 0], ids=["heaps only", "heaps then blocks"])
-@pytest.mark.parametrize(("name", "inst"), _heap_cases(), ids=[c[0] for c in _heap_cases()])
+@pytest.mark.parametrize(("name", "inst"), _uniform_cases(), ids=[c[0] for c in _uniform_cases()])
 @pytest.mark.parametrize("slack_seed", [(0, None), (1, 3)], ids=["plain", "slack1 seed3"])
-def test_heap_path_equals_reference(
+def test_compiled_path_equals_reference_and_blocks(
     name: str,
     inst: Instance,
     slack_seed: tuple[int, int | None],
-    storm: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The per-link heaps commit what the per-receiver reference commits: on the heaps alone,
-    and handing the run to the blocks after two layers (every layer counts as a storm): the
-    blocks must go on from the heaps' state exactly. Each run must use the heaps."""
+    """The compiled row-by-row rule (``layered_jit``) commits what the per-receiver reference
+    commits, and what the blocks commit on the same instance. Each run must take its path:
+    the compiled one on every layer with a free link, the blocks not at all, and the other
+    way round."""
     opts = LayeredOptions(slack=slack_seed[0], seed=slack_seed[1])
-    calls = {"heap": 0, "block": 0}
-    heap_layer, block_layer = layered._FastPath.heap_layer, layered._FastPath.layer
+    calls = {"compiled": 0, "block": 0}
+    compiled_layer, block_layer = layered._FastPath.compiled_layer, layered._FastPath.layer
 
     def count(kind: str, fn):  # type: ignore[no-untyped-def]
         def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -159,40 +160,67 @@ def test_heap_path_equals_reference(
 
         return wrapped
 
-    monkeypatch.setattr(layered._FastPath, "heap_layer", count("heap", heap_layer))
+    monkeypatch.setattr(layered._FastPath, "compiled_layer", count("compiled", compiled_layer))
     monkeypatch.setattr(layered._FastPath, "layer", count("block", block_layer))
-    monkeypatch.setattr(layered, "_STORM", storm)
-    monkeypatch.setattr(layered, "_HEAP_MIN_CAPPED", -(10**9))  # these are small: heaps anyway
     fast = layered_schedule(inst, opts)
-    used = dict(calls)
+    assert calls["compiled"] > 0 and calls["block"] == 0
+    monkeypatch.setattr(layered, "_COMPILED", False)
+    blocks = layered_schedule(inst, opts)
+    assert calls["block"] > 0
     monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
     ref = layered_schedule(inst, opts)
     assert fast.sends == ref.sends, name
+    assert blocks.sends == ref.sends, name
     assert verify(inst, fast).ok
-    assert used["heap"] > 0
-    if storm == 0:
-        assert used["heap"] == 2 and used["block"] > 0  # both forms ran in one schedule
 
 
-def test_heap_path_falls_back_to_the_full_assignment() -> None:
+def test_compiled_path_falls_back_to_the_full_assignment(monkeypatch: pytest.MonkeyPatch) -> None:
     """The torus 6x6 AllGather has receivers whose row-by-row rule fails (two in-links whose
-    only best chunk is the same): the heaps must hand them to the full assignment. Counted
-    on the torus directly (not through the other test's order)."""
+    only best chunk is the same): the compiled run must stop there and hand them to the full
+    assignment (its matrix, then scipy); the schedule is the reference's (test above)."""
+    from ccplan.heuristics import layered_jit
+
     torus = bt.torus2d(6, 6)
     inst = make_instance(torus, make_collective("allgather", torus), "1GB")
     seen = []
-    original = layered._FastPath._assign_from_bits
+    original = layered_jit.assignment_matrix
 
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(*args):  # type: ignore[no-untyped-def]
         seen.append(1)
-        return original(*args, **kwargs)
+        return original(*args)
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(layered._FastPath, "_assign_from_bits", staticmethod(spy))
-        mp.setattr(layered, "_STORM", 10**9)
-        mp.setattr(layered, "_HEAP_MIN_CAPPED", -(10**9))
-        layered_schedule(inst)
+    monkeypatch.setattr(layered_jit, "assignment_matrix", spy)
+    layered_schedule(inst)
     assert seen
+
+
+def test_assignment_matrix_is_the_matrix_of_assign() -> None:
+    """``layered_jit.assignment_matrix`` builds the matrix ``_assign`` gives scipy (rows: link
+    units in order, columns: offered chunks ascending, the pair's weight or 0), compared on
+    random candidate bits, holdings and scores with one and two units per link."""
+    from ccplan.heuristics.layered_jit import assignment_matrix
+
+    rng = np.random.default_rng(7)
+    for trial in range(200):
+        n_chunks = int(rng.integers(1, 40))
+        n_links = int(rng.integers(1, 6))
+        offered = rng.random((n_links, n_chunks)) < rng.uniform(0.05, 0.9)
+        offered[:, int(rng.integers(n_chunks))] = True  # every link offers something
+        cand = np.packbits(offered, axis=1, bitorder="little")
+        in_held = rng.integers(1, 5, size=(3, n_chunks)).astype(np.uint8)
+        score = rng.integers(0, 3, size=n_chunks).astype(np.int64) * 10**4
+        units = rng.integers(1, 3, size=n_links).astype(np.int64) if trial % 2 else np.ones(n_links, np.int64)
+        p = int(rng.integers(3))
+        links = np.arange(n_links, dtype=np.intp)
+        mat, cols, row_link = assignment_matrix(cand, links, units, p, in_held, layered._FIXED_BY_HELD, score)
+        row, chunk = np.nonzero(offered)
+        w = layered._FIXED[in_held[p, chunk].astype(np.intp) - 1] + score[chunk]
+        assert np.array_equal(cols, np.unique(chunk))
+        rows_of = [i for i in range(n_links) for _ in range(int(units[i]))]
+        assert row_link.tolist() == rows_of
+        expect = np.zeros((n_links, len(cols)), dtype=np.int64)
+        expect[row, np.searchsorted(cols, chunk)] = w
+        assert np.array_equal(mat, expect[rows_of])
 
 
 @pytest.mark.parametrize("mask_from", [256, 0], ids=["columns sorted", "columns by mask"])

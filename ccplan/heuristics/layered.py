@@ -35,12 +35,10 @@ about the candidate pairs summed over the layers, links x chunks / 8 bytes scann
 and constant Python work per send.
 
 When every receiver is uniform (a torus or a mesh: few in-links of one latency, every chunk
-offered is wanted), a pair's weight depends on the receiver and the chunk only and never
-rises, so each link also keeps its pairs across layers in a heap (:class:`_HeapLists`) whose
-keys are refreshed only when they surface: a layer then costs the sends and the refreshed
-keys instead of every pair again. When the chunk scores fall together (every chunk gains
-holders each layer) many keys go stale at once; then the run goes on with the blocks. Both
-forms commit the same sends.
+offered is wanted), a pair's weight depends on the receiver and the chunk only, and the
+row-by-row rule runs in compiled code over every pair's bits
+(:mod:`ccplan.heuristics.layered_jit`), a few nanoseconds a pair; the full assignments it
+cannot decide are solved between its runs. It commits the same sends as the blocks.
 """
 
 from __future__ import annotations
@@ -74,23 +72,19 @@ _Commit = Callable[[int, int], None]
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
 _REFERENCE_LAYER = False  # tests: run every layer through _match_per_receiver instead
-_HEAPS = True  # tests: False runs uniform receivers through the per-layer blocks instead
-_STORM = 12  # refreshed heap keys per send (two layers running) that hand a run to the blocks
+_COMPILED = True  # tests: False runs uniform receivers through the per-layer blocks instead
 _RARITY_CAP = 999  # the rarity term of the chunk score counts at most this many missing holders
-_HEAP_MIN_CAPPED = 0.5  # heaps when the rarity term stays capped for this share of a chunk's spread
 _CONFLICT: list[tuple[int, int]] = []  # _rows_scan's answer when rows compete for one column
 _NEAR = 5 * 10**4  # pairs kept per link: start weight within this of its largest
 _KEEP = 64  # ... and at most this many of them (fewer: more receivers computed in full)
-# ... on the instances that take the heaps (thousands of uniform receivers), whose late
-# layers weigh about a thousand pairs per link: fewer kept pairs there (torus 48x48 146 vs
-# 158 and 164 vs 193 CPU s side by side; NDv2 x128 is slower with them, 57 vs 48 CPU s)
-_NEAR_UNIFORM = 10**4
 _ASSIGN_MASK_FROM = 256  # _assign finds its columns with a mask above this many pairs, else by sorting
-_KEEP_UNIFORM = 16
 _FAST_DEGREE = 16  # receivers with more in-links (switches) take the general per-receiver path
 _HUB_DEGREE = 32  # at a commit to a node with more links, its in-links' bits are found with numpy
 # _FIXED[o]: the fixed part of a wanted pair's weight with ``o`` rival in-links holding the chunk
 _FIXED = np.array([_BIG + 10**8 + max(0, 9 - o) * 10**7 for o in range(256)], dtype=np.int64)
+# _FIXED_BY_HELD[k] = _FIXED[k - 1]: by the in-link tails of a uniform receiver holding the chunk
+# (``_State.in_held``), which count the pair's own tail (entry 0 is never read: that tail holds it)
+_FIXED_BY_HELD = np.concatenate((_FIXED[:1], _FIXED))
 # _BITS[b, i]: bit i of byte b (little-endian), to expand the nonzero bytes of the pair bits
 _BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(bool)
 _BLOCK_LINKS = 256  # receivers of a layer are matched in blocks of about this many in-links
@@ -194,7 +188,7 @@ def layered_schedule(
     held_arr = np.frombuffer(held_buf, dtype=np.bool_).reshape(n_nodes + 1, n_chunks)
     have_buf = bytearray(n_nodes * n_chunks)
     have_arr = np.frombuffer(have_buf, dtype=np.bool_).reshape(n_nodes, n_chunks)
-    holders_count = [0] * n_chunks
+    holders_count = array("q", bytes(8 * n_chunks))  # int64 buffer: the compiled run reads it
     for c, hs in coll.holders.items():
         for v in hs:
             held_arr[pos[v], cidx[c]] = True
@@ -302,20 +296,11 @@ def layered_schedule(
         in_held[r] = held_arr[fast.in_tails[r]].sum(axis=1, dtype=np.uint8)
     state.in_held = in_held
     bits = [1 << p for p in range(n_nodes)]
-    # every receiver uniform (a torus, a mesh): each link keeps its candidate pairs across
-    # layers in a lazily refreshed heap (_HeapLists) instead of the blocks re-reading them
+    # every receiver uniform (a torus, a mesh; no relay, so every pair offered is wanted): the
+    # row-by-row rule in compiled code over every pair's bits instead of the blocks
     has_in = np.bincount(head_pos, minlength=n_nodes) > 0
-    uniform_large = (
-        not instance.single_port
-        and not fast.relay_check.any()
-        and bool(fast.uniform[has_in].all())
-        # heaps pay while chunk scores stand still: the rarity term is capped at 999 until a
-        # chunk has max_holders - 999 holders, so most of a run at thousands of nodes and
-        # none of it below a thousand (torus 32x32: 25 holders of 1,024)
-        and state.max_holders - _RARITY_CAP >= _HEAP_MIN_CAPPED * state.max_holders
-    )
-    state.near, state.keep = (_NEAR_UNIFORM, _KEEP_UNIFORM) if uniform_large else (_NEAR, _KEEP)
-    heaps = _HeapLists.build(state, head_pos) if _HEAPS and not _REFERENCE_LAYER and uniform_large else None
+    uniform_all = not instance.single_port and not fast.relay_check.any() and bool(fast.uniform[has_in].all())
+    compiled = _Compiled() if _COMPILED and not _REFERENCE_LAYER and uniform_all else None
 
     pending: dict[int, list[int]] = {}  # arrival slot -> node position x n_chunks + chunk
     # the sends as three int32 columns until Schedule.from_columns
@@ -333,7 +318,6 @@ def layered_schedule(
     # window or of an outage); layers in between are skipped when the current one did nothing
     events = sorted({t + 1 for _, _, t in instance.outages})
     total = left
-    storms = 0  # consecutive heap layers with more than _STORM refreshed keys per send
     started = time.perf_counter()
     next_note = started + _PROGRESS_EVERY
     head_l = head_pos.tolist()
@@ -343,7 +327,11 @@ def layered_schedule(
     cache = state.cache
 
     slow = [reserve_all or o > 1 for o in occ]
-    unsat_n = [m.bit_count() for m in unsat]  # per chunk: its unsatisfied targets
+    unsat_n = array("q", [m.bit_count() for m in unsat])  # per chunk: its unsatisfied targets
+    if compiled is not None:
+        compiled.holders = np.frombuffer(holders_count, dtype=np.int64)
+        compiled.unsat = np.frombuffer(unsat_n, dtype=np.int64)
+        compiled.rank_part = np.asarray(rank_part, dtype=np.int64)
 
     def commit(j: int, ci: int) -> None:
         nonlocal left
@@ -400,9 +388,7 @@ def layered_schedule(
                 total - left,
                 total,
                 time.perf_counter() - started,
-                ""
-                if heaps is None
-                else f" (heaps: {heaps.refreshed} keys refreshed, {heaps.assigned} full assignments)",
+                "" if compiled is None else f" ({compiled.assigned} full assignments)",
             )
         if t > limit:
             raise CCPlanError(f"layered constructor made no complete schedule within {limit} layers")
@@ -425,23 +411,14 @@ def layered_schedule(
             lacking_view += np.bincount(ks_new, minlength=n_links)
             counts_at = fast.uniform[hs]
             np.add.at(in_held, (hs[counts_at], cs[counts_at]), 1)
-            if heaps is not None:
-                heaps.push(ks_new, cs_new, hs[new])
         state.refresh(t)
         before = len(s_slot)
         if instance.single_port:
             _match_single_port(topo, res, t, state, commit)
         elif _REFERENCE_LAYER:
             _match_per_receiver(topo, res, t, state, commit)
-        elif heaps is not None:
-            refreshed = fast.heap_layer(res, t, state, commit, heaps)
-            # chunk scores falling together (every chunk gains holders each layer: late in a
-            # run) make most keys stale at every visit; then the blocks, which weigh every pair
-            # each layer anyway, are cheaper for the rest of the run (the heaps' pushes stop)
-            storms = storms + 1 if refreshed > _STORM * (len(s_slot) - before) else 0
-            if storms >= 2:
-                log.debug("layered: layer %d: heap keys go stale every layer, blocks from here", t)
-                heaps = None
+        elif compiled is not None:
+            fast.compiled_layer(res, t, state, commit, compiled)
         else:
             fast.layer(topo, res, t, state, commit)
         if len(s_slot) > before:
@@ -475,7 +452,7 @@ class _State:
     unsat: list[int]  # per chunk: bit mask of nodes that want it and do not have it
     useful: list[int]  # per link: bit mask of targets it leads towards
     bit: dict[int, int]
-    holders_count: list[int]
+    holders_count: array[int]  # an int64 buffer: the compiled rule reads it as an array
     max_holders: int
     rank: list[int]  # tie-break rank per chunk (0 = first); shuffled when seeded
     lat: list[int]
@@ -504,11 +481,11 @@ class _State:
 
     def uniform_fixed(self, receivers: np.ndarray, chunks: np.ndarray) -> np.ndarray:
         """The fixed part of the weights of pairs into uniform receivers (wanted, exclusive
-        term): ``_FIXED[1:][in_held[receivers, chunks]]``, since ``in_held`` counts the pair's
+        term): ``_FIXED_BY_HELD[in_held[receivers, chunks]]``, since ``in_held`` counts the pair's
         own tail too; read as one flat take (twice as fast as the 2-D index on millions of
         pairs)."""
         flat = self.in_held.reshape(-1).take(receivers * self.in_held.shape[1] + chunks)
-        return _FIXED[1:][flat]
+        return _FIXED_BY_HELD[flat]
 
     def refresh(self, t: int) -> None:
         """Start layer ``t``: forget the cached arrival estimates."""
@@ -817,94 +794,57 @@ class _FastPath:
             self._block(topo, res, t, st, commit, cl, units, heads, lack, cuts[g : h + 1])
             g = h
 
-    def heap_layer(self, res: Reservations, t: int, st: _State, commit: _Commit, heaps: _HeapLists) -> int:
-        """:meth:`layer` when every receiver is uniform, from the per-link heaps.
+    def compiled_layer(self, res: Reservations, t: int, st: _State, commit: _Commit, run: _Compiled) -> None:
+        """:meth:`layer` when every receiver is uniform: the row-by-row rule in compiled code
+        (:func:`~ccplan.heuristics.layered_jit.rows_first_run`) over runs of receivers, a
+        receiver whose rule fails solved in full between runs (the matrix :func:`_assign` would
+        build, by :func:`~ccplan.heuristics.layered_jit.assignment_matrix`)."""
+        # imported here: numba's import and first compile are paid only by runs that use it
+        from ccplan.heuristics.layered_jit import assignment_matrix, rows_first_run
 
-        A uniform receiver's pair weight is ``_FIXED[1:][in_held[p, c]] + score[c]`` (wanted,
-        and the exclusive term counts the in-link tails holding ``c``): a function of the
-        receiver and the chunk, never rising (``in_held`` only grows, the chunk score only
-        falls). So each link's heap, keyed by a weight at least the current one, yields the
-        current maximum by refreshing its top until the top is current. The row-by-row rule
-        then reads the pairs of the largest weight in chunk order, as :func:`_rows_scan` does
-        on all pairs; when it fails (every best chunk of a row taken by an earlier row) the
-        receiver's full assignment is solved from its candidate bits, as in :meth:`_block`.
-        """
         got = self._free_links(res, t, st)
         if got is None:
-            return 0
+            return
         cl, units, heads, cuts, _lack = got
-        links = cl.tolist()
-        unit_l = units.tolist()
-        heads_l = heads.tolist()
-        n_chunks = st.held_arr.shape[1]
-        shift, mask, lists = heaps.shift, heaps.mask, heaps.lists
-        have = st.have_flat
-        inh = heaps.in_held_flat
-        fix = heaps.fixed
-        score = st.score_list
-        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        refreshed = 0
-        for a, b in itertools.pairwise(cuts):
-            base = heads_l[a] * n_chunks
-            taken: set[int] = set()
-            chosen: list[tuple[int, int]] = []
-            back: list[tuple[list[int], int]] = []  # popped keys, pushed back after the receiver
-            failed = False
-            for i in range(a, b):
-                h = lists[links[i]]
-                need = unit_l[i]
-                best = -1
-                got_n = 0
-                while h:
-                    key = h[0]
-                    c = key & mask
-                    stale = (c - key) >> shift
-                    if stale < best:
-                        break  # the rest weigh at most their keys now: less than the best
-                    if have[base + c]:
-                        pop(h)  # the receiver has the chunk (or awaits it): the pair is gone
-                        continue
-                    w = fix[inh[base + c]] + score[c]
-                    if w < stale:
-                        replace(h, c - (w << shift))
-                        refreshed += 1
-                        continue
-                    # current and the largest left: equal to best once best is set
-                    best = w
-                    pop(h)
-                    back.append((h, key))
-                    if c not in taken:
-                        taken.add(c)
-                        chosen.append((links[i], c))
-                        got_n += 1
-                        if got_n == need:
-                            break
-                if got_n < need:
-                    failed = True  # the assignment may re-route an earlier row
-                    break
-            for h, key in back:
-                if failed or (key & mask) not in taken:
-                    push(h, key)
-            if failed:
-                heaps.assigned += 1
-                chosen = self._assign_from_bits(st, heads_l[a], cl[a:b], unit_l[a:b], links[a:b])
-            for j, c in chosen:
+        cuts_arr = np.asarray(cuts, dtype=np.intp)
+        out_link = np.empty(int(units.sum()), dtype=np.int64)
+        out_chunk = np.empty_like(out_link)
+        g = 0
+        while g < len(cuts) - 1:
+            failed, n_out = rows_first_run(
+                st.cand,
+                cl,
+                units,
+                heads,
+                cuts_arr,
+                g,
+                st.in_held,
+                run.fixed,
+                st.chunk_score,
+                run.holders,
+                run.unsat,
+                run.rank_part,
+                st.max_holders,
+                _RARITY_CAP,
+                out_link,
+                out_chunk,
+            )
+            for j, c in zip(out_link[:n_out].tolist(), out_chunk[:n_out].tolist(), strict=True):
                 commit(j, c)
-        heaps.refreshed += refreshed
-        return refreshed
-
-    @staticmethod
-    def _assign_from_bits(
-        st: _State, p: int, cl: np.ndarray, units: list[int], links: list[int]
-    ) -> list[tuple[int, int]]:
-        """:func:`_assign` of uniform receiver ``p`` on links ``cl``, its pairs read from the
-        candidate bits (link by link, chunks ascending) with their current weights."""
-        n_chunks = st.held_arr.shape[1]
-        offered = np.unpackbits(st.cand[cl], axis=1, count=n_chunks, bitorder="little").view(np.bool_)
-        row, chunk = np.nonzero(offered)
-        w = st.uniform_fixed(np.full(len(chunk), p), chunk) + st.chunk_score[chunk]
-        counts = np.bincount(row, minlength=len(links))
-        return _assign(w, chunk, counts, units, links)
+            if failed < 0:
+                return
+            # the receiver's full assignment (_assign's matrix, built in compiled code with the
+            # scores its predecessors' commits left)
+            a, b = cuts[failed], cuts[failed + 1]
+            run.assigned += 1
+            mat, cols, row_link = assignment_matrix(
+                st.cand, cl[a:b], units[a:b], int(heads[a]), st.in_held, run.fixed, st.chunk_score
+            )
+            rows, colsel = linear_sum_assignment(mat, maximize=True)
+            keep = mat[rows, colsel] > 0
+            for j, c in zip(row_link[rows[keep]].tolist(), cols[colsel[keep]].tolist(), strict=True):
+                commit(j, c)
+            g = failed + 1
 
     def _block(
         self,
@@ -1038,55 +978,16 @@ class _FastPath:
 
 
 @dataclass
-class _HeapLists:
-    """Per link, its candidate pairs as a heap of keys ``chunk - (weight << shift)``: the
-    smallest key is the largest weight, lowest chunk first. A key's weight is the pair's weight
-    when pushed or last refreshed, never below its current weight (see
-    :meth:`_FastPath.heap_layer`); pairs whose receiver got the chunk stay until they surface.
-    Pushed once per pair: at the start and when the link's tail receives a chunk its head
-    lacks."""
+class _Compiled:
+    """What :meth:`_FastPath.compiled_layer` passes to the compiled run besides the state:
+    int64 views of the commit's holder and unsatisfied counts, the rank part of the chunk
+    score, ``_FIXED_BY_HELD``; and how many receivers were solved in full."""
 
-    lists: list[list[int]]
-    shift: int
-    mask: int
-    fixed: list[int]  # _FIXED[1:] as a list: indexed by the in-link tails holding the chunk
-    in_held_flat: memoryview  # _State.in_held, one byte per (receiver, chunk)
-    state: _State
-    refreshed: int = 0  # keys refreshed so far (the progress notes show them)
-    assigned: int = 0  # receivers whose row-by-row rule failed, solved in full
-
-    @classmethod
-    def build(cls, st: _State, head_pos: np.ndarray) -> _HeapLists:
-        """Heaps of the pairs at the start (``st.cand`` and ``st.in_held`` set up)."""
-        n_chunks = st.held_arr.shape[1]
-        shift = max(1, n_chunks.bit_length())
-        out = cls(
-            lists=[[] for _ in range(len(head_pos))],
-            shift=shift,
-            mask=(1 << shift) - 1,
-            fixed=_FIXED[1:].tolist(),
-            in_held_flat=st.in_held.reshape(-1).data,
-            state=st,
-        )
-        for lo in range(0, len(head_pos), 1024):
-            block = np.unpackbits(st.cand[lo : lo + 1024], axis=1, count=n_chunks, bitorder="little")
-            ks, cs = np.nonzero(block)
-            out.push(ks + lo, cs, head_pos[ks + lo])
-        for h in out.lists:
-            heapq.heapify(h)
-        return out
-
-    def push(self, links: np.ndarray, chunks: np.ndarray, heads: np.ndarray) -> None:
-        """Add the pairs ``(links[i], chunks[i])`` (into ``heads[i]``) at their current weights."""
-        if not len(links):
-            return
-        st = self.state
-        w = st.uniform_fixed(heads, chunks) + st.chunk_score[chunks]
-        keys = chunks.astype(np.int64) - (w << self.shift)
-        lists = self.lists
-        push = heapq.heappush
-        for j, key in zip(links.tolist(), keys.tolist(), strict=True):
-            push(lists[j], key)
+    holders: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    unsat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    rank_part: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    fixed: np.ndarray = field(default_factory=lambda: _FIXED_BY_HELD.copy())
+    assigned: int = 0
 
 
 def _rows_scan(

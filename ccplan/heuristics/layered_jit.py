@@ -1,0 +1,234 @@
+"""Compiled row-by-row rule of :mod:`ccplan.heuristics.layered` for uniform receivers.
+
+On a torus or a mesh every receiver is *uniform* (its in-links share one latency), so the
+weight of a candidate pair (in-link of receiver ``p``, chunk ``c``) is
+``_FIXED_BY_HELD[in_held[p, c]] + score[c]``: it depends on the receiver and the chunk only
+(``layered._State.uniform_fixed``). One layer then matches the receivers in ascending node
+position with :func:`ccplan.heuristics.layered._rows_first`'s rule: each row (a free unit of
+an in-link, in the order of ``topo.in_links``) takes the lowest chunk of its link's largest
+weight that no earlier row took; where a row finds none, or there are more rows than
+columns, the receiver's full assignment is solved (scipy, in Python).
+
+:func:`rows_first_run` applies that rule to a run of receivers in compiled code, reading
+every candidate pair's current weight from the bits (``_State.cand``), so a layer costs a
+few nanoseconds per pair instead of numpy's per-call cost over blocks of pairs or a heap
+operation per stale key. A commit changes what later receivers of the layer see only
+through the chunk scores (its own holdings and in-link bits are its receiver's, matched
+once per layer), so the run keeps its own copies of the chunks' holder and unsatisfied
+counts and updates the scores as ``layered_schedule``'s ``commit`` does. It stops at the
+first receiver whose rule fails, so that Python commits the choices so far, solves that
+receiver in full with the scores its commits produced, and resumes after it.
+
+Numba compiles the function on its first call in a process and caches the machine code
+beside this file (``cache=True``) for later processes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def rows_first_run(
+    cand: np.ndarray,
+    links: np.ndarray,
+    units: np.ndarray,
+    heads: np.ndarray,
+    cuts: np.ndarray,
+    first: int,
+    in_held: np.ndarray,
+    fixed: np.ndarray,
+    score_now: np.ndarray,
+    holders_now: np.ndarray,
+    unsat_now: np.ndarray,
+    rank_part: np.ndarray,
+    max_holders: int,
+    rarity_cap: int,
+    out_link: np.ndarray,
+    out_chunk: np.ndarray,
+) -> tuple[int, int]:
+    """Match receivers ``first, first + 1, ...`` of a layer by the row-by-row rule.
+
+    Parameters
+    ----------
+    cand : (E, ceil(C / 8)) uint8
+        Candidate bits per link (bit ``c``: the tail holds chunk ``c``, the head neither has
+        nor awaits it), little-endian within a byte.
+    links, units, heads : (K,) arrays
+        The layer's links with a candidate and a free unit, grouped by receiver in the
+        order of the receivers' in-link lists; their free units and heads (node positions).
+    cuts : (R + 1,) array
+        Receiver ``g`` owns ``links[cuts[g]:cuts[g + 1]]``.
+    first : int
+        The receiver to start from.
+    in_held : (V, C) uint8
+        In-link tails of each receiver that hold each chunk.
+    fixed : int64 array
+        ``layered._FIXED_BY_HELD``: the wanted and exclusive part of a weight by ``in_held``.
+    score_now, holders_now, unsat_now : (C,) int64
+        The chunk part of the weights, holders (copies in flight included) and unsatisfied
+        targets now; read, not written (the run updates its own copies).
+    rank_part : (C,) int64
+        ``99 - min(rank, 99)`` per chunk.
+    max_holders, rarity_cap : int
+        The terms of the chunk score (``layered._State.rescore``).
+    out_link, out_chunk : (sum(units),) int64
+        Filled with the chosen pairs, receiver by receiver, row by row.
+
+    Returns
+    -------
+    (int, int)
+        The receiver whose rule failed (-1: none, every receiver matched) and the number of
+        pairs written for the receivers before it.
+    """
+    n_chunks = in_held.shape[1]
+    row_bytes = cand.shape[1]
+    score = score_now.copy()
+    holders = holders_now.copy()
+    unsat = unsat_now.copy()
+    taken = np.zeros(n_chunks, dtype=np.bool_)
+    tops = np.empty(0, dtype=np.int64)
+    top_lo = np.empty(0, dtype=np.int64)
+    top_hi = np.empty(0, dtype=np.int64)
+    n_out = 0
+    for g in range(first, len(cuts) - 1):
+        a = cuts[g]
+        b = cuts[g + 1]
+        p = heads[a]
+        m = b - a
+        if len(top_lo) < m:
+            top_lo = np.empty(m, dtype=np.int64)
+            top_hi = np.empty(m, dtype=np.int64)
+        if len(tops) < m * n_chunks:
+            tops = np.empty(m * n_chunks, dtype=np.int64)
+        rows = 0
+        most = 0
+        at = 0
+        for i in range(m):
+            j = links[a + i]
+            rows += units[a + i]
+            best = -1
+            count = 0
+            lo = at
+            for byte in range(row_bytes):
+                x = cand[j, byte]
+                if x == 0:
+                    continue
+                base = byte * 8
+                for k in range(8):
+                    if (x >> k) & 1:
+                        c = base + k
+                        count += 1
+                        w = fixed[in_held[p, c]] + score[c]
+                        if w > best:
+                            best = w
+                            at = lo
+                            tops[at] = c
+                            at += 1
+                        elif w == best:
+                            tops[at] = c
+                            at += 1
+            top_lo[i] = lo
+            top_hi[i] = at
+            most = max(most, count)
+        failed = False
+        if rows > most:
+            # more rows than columns: scipy solves the transposed problem (_rows_first)
+            distinct = 0
+            for byte in range(row_bytes):
+                x = 0
+                for i in range(m):
+                    x |= cand[links[a + i], byte]
+                for k in range(8):
+                    distinct += (x >> k) & 1
+            failed = rows > distinct
+        start = n_out
+        if not failed:
+            for i in range(m):
+                for _ in range(units[a + i]):
+                    pick = -1
+                    for q in range(top_lo[i], top_hi[i]):
+                        if not taken[tops[q]]:
+                            pick = tops[q]
+                            break
+                    if pick < 0:
+                        failed = True
+                        break
+                    taken[pick] = True
+                    out_link[n_out] = links[a + i]
+                    out_chunk[n_out] = pick
+                    n_out += 1
+                if failed:
+                    break
+        for q in range(start, n_out):
+            taken[out_chunk[q]] = False
+        if failed:
+            return g, start
+        for q in range(start, n_out):
+            c = out_chunk[q]
+            holders[c] += 1
+            unsat[c] -= 1
+            score[c] = (
+                min(max(max_holders - holders[c], 0), rarity_cap) * 10**4
+                + min(unsat[c], 99) * 100
+                + rank_part[c]
+            )
+    return -1, n_out
+
+
+@njit(cache=True, nogil=True)
+def assignment_matrix(
+    cand: np.ndarray,
+    links: np.ndarray,
+    units: np.ndarray,
+    p: int,
+    in_held: np.ndarray,
+    fixed: np.ndarray,
+    score: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The matrix ``layered._assign`` gives scipy for uniform receiver ``p``: one row per
+    free unit of ``links`` (in order), one column per chunk some link offers (ascending), the
+    pair's current weight where the link offers the chunk and 0 elsewhere.
+
+    Returns
+    -------
+    (ndarray, ndarray, ndarray)
+        The int64 matrix, the chunk of each column and the link of each row.
+    """
+    n_chunks = in_held.shape[1]
+    row_bytes = cand.shape[1]
+    col_of = np.full(n_chunks, -1, dtype=np.int64)
+    n_cols = 0
+    for byte in range(row_bytes):
+        x = 0
+        for i in range(len(links)):
+            x |= cand[links[i], byte]
+        for k in range(8):
+            if (x >> k) & 1:
+                col_of[byte * 8 + k] = n_cols
+                n_cols += 1
+    cols = np.empty(n_cols, dtype=np.int64)
+    for c in range(n_chunks):
+        if col_of[c] >= 0:
+            cols[col_of[c]] = c
+    n_rows = 0
+    for i in range(len(links)):
+        n_rows += units[i]
+    mat = np.zeros((n_rows, n_cols), dtype=np.int64)
+    row_link = np.empty(n_rows, dtype=np.int64)
+    r = 0
+    for i in range(len(links)):
+        j = links[i]
+        for _ in range(units[i]):
+            row_link[r] = j
+            for byte in range(row_bytes):
+                x = cand[j, byte]
+                if x == 0:
+                    continue
+                for k in range(8):
+                    if (x >> k) & 1:
+                        c = byte * 8 + k
+                        mat[r, col_of[c]] = fixed[in_held[p, c]] + score[c]
+            r += 1
+    return mat, cols, row_link
