@@ -472,8 +472,6 @@ class _State:
     in_held: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.uint8))  # (V, C)
     head_pos: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.intp))  # per link
     have_flat: bytearray = field(default_factory=bytearray)  # have_arr's buffer, read one byte at a time
-    near: int = _NEAR  # the blocks' kept pairs per link: window below the largest start weight
-    keep: int = _KEEP  # ... and at most this many
 
     def active_receivers(self) -> list[int]:
         """Positions of the nodes with an in-link whose tail holds a chunk they lack, ascending."""
@@ -916,7 +914,7 @@ class _FastPath:
         # holders, fewer unsatisfied), so at the receiver's turn a scan for the largest weight
         # then may stop at the first pair whose weight now is below the best found; when it
         # runs past the pairs kept, the receiver's weights are computed in full
-        near_w, keep_n = st.near, st.keep
+        near_w, keep_n = _NEAR, _KEEP  # read at the call: the tests set smaller lists
         w0 = fixed + chunk_score[pc]
         if n_pairs:
             floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - near_w
