@@ -244,13 +244,12 @@ def horizon_lower_bound(instance: Instance) -> int:
     here they size the work before any engine runs.
     """
     topo = instance.topology
-    need: dict[int, int] = {}
-    for _chunk, node in instance.collective.demands:
-        need[node] = need.get(node, 0) + 1
+    need = _deliveries_per_node(instance)
     latency = instance.latency
     occupancy = instance.occupancy
     best = 0
-    for node, k in need.items():
+    for node in np.flatnonzero(need).tolist():
+        k = int(need[node])
         links = topo.in_links[node]
         if not links:
             continue  # unreachable: the instance's own check reports it
@@ -258,6 +257,22 @@ def horizon_lower_bound(instance: Instance) -> int:
         rate = sum(int(instance.link_capacity[j]) / int(occupancy[j]) for j in links)
         best = max(best, hop, math.ceil(k / rate - 1e-9))
     return best
+
+
+def _deliveries_per_node(instance: Instance) -> np.ndarray:
+    """Per node id (an array up to the largest id): the chunks it must receive, counted from
+    the pre- and postcondition tables without the collective's tuple of ``(chunk, node)``
+    pairs (``Collective.demands``: 16.8 million tuples, 1.45 GB and 5 s at 4,096 GPUs)."""
+    coll = instance.collective
+    width = max(instance.topology.node_ids) + 1
+    wanted = np.zeros(width, dtype=np.int64)
+    held_wanted = np.zeros(width, dtype=np.int64)
+    for chunk, nodes in coll.post:
+        wanted += np.bincount(np.asarray(nodes, dtype=np.int64), minlength=width)
+        for h in coll.holders[chunk]:
+            if h in nodes:
+                held_wanted[h] += 1
+    return wanted - held_wanted
 
 
 def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
@@ -271,7 +286,6 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     tuple of ``(chunk, node)`` pairs (16.8 million tuples, 1.5 GB, at 4,096 GPUs).
     """
     topo = instance.topology
-    coll = instance.collective
     occupancy = instance.occupancy
     per_delivery = BYTES_PER_DEMAND_OF.get(method or "", BYTES_PER_DEMAND)
     per_link_slot = BYTES_PER_LINK_SLOT_OF.get(method or "", BYTES_PER_LINK_SLOT)
@@ -279,14 +293,7 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     cheapest_in = np.ones(width, dtype=np.int64)
     for v in topo.node_ids:
         cheapest_in[v] = min((int(occupancy[j]) for j in topo.in_links[v]), default=1)
-    wanted = np.zeros(width, dtype=np.int64)
-    held_wanted = np.zeros(width, dtype=np.int64)
-    for chunk, nodes in coll.post:
-        wanted += np.bincount(np.asarray(nodes, dtype=np.int64), minlength=width)
-        for h in coll.holders[chunk]:
-            if h in nodes:
-                held_wanted[h] += 1
-    per_node = wanted - held_wanted
+    per_node = _deliveries_per_node(instance)
     deliveries = int(per_node.sum())
     link_slots = int((per_node * cheapest_in).sum())
     horizon = horizon_lower_bound(instance)
