@@ -28,6 +28,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+# _SET_BITS[x, :_SET_COUNT[x]]: the positions of the set bits of byte x, ascending
+_SET_COUNT = np.array([bin(x).count("1") for x in range(256)], dtype=np.int64)
+_SET_BITS = np.zeros((256, 8), dtype=np.int64)
+for _x in range(256):
+    _SET_BITS[_x, : _SET_COUNT[_x]] = [k for k in range(8) if _x >> k & 1]
+
 
 @njit(cache=True, nogil=True)
 def rows_first_run(
@@ -92,10 +98,13 @@ def rows_first_run(
     top_lo = np.empty(0, dtype=np.int64)
     top_hi = np.empty(0, dtype=np.int64)
     n_out = 0
+    set_count = _SET_COUNT
+    set_bits = _SET_BITS
     for g in range(first, len(cuts) - 1):
         a = cuts[g]
         b = cuts[g + 1]
         p = heads[a]
+        held_row = in_held[p]
         m = b - a
         if len(top_lo) < m:
             top_lo = np.empty(m, dtype=np.int64)
@@ -106,29 +115,29 @@ def rows_first_run(
         most = 0
         at = 0
         for i in range(m):
-            j = links[a + i]
+            row = cand[links[a + i]]
             rows += units[a + i]
             best = -1
             count = 0
             lo = at
             for byte in range(row_bytes):
-                x = cand[j, byte]
+                x = row[byte]
                 if x == 0:
                     continue
                 base = byte * 8
-                for k in range(8):
-                    if (x >> k) & 1:
-                        c = base + k
-                        count += 1
-                        w = fixed[in_held[p, c]] + score[c]
-                        if w > best:
-                            best = w
-                            at = lo
-                            tops[at] = c
-                            at += 1
-                        elif w == best:
-                            tops[at] = c
-                            at += 1
+                n_set = set_count[x]
+                count += n_set
+                for q in range(n_set):
+                    c = base + set_bits[x, q]
+                    w = fixed[held_row[c]] + score[c]
+                    if w > best:
+                        best = w
+                        at = lo
+                        tops[at] = c
+                        at += 1
+                    elif w == best:
+                        tops[at] = c
+                        at += 1
             top_lo[i] = lo
             top_hi[i] = at
             most = max(most, count)
