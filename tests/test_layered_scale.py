@@ -124,8 +124,10 @@ def _uniform_cases() -> list[tuple[str, Instance]]:
     """Instances whose receivers are all uniform (every in-link one latency, few in-links, no
     relay), so the compiled rule applies: torus and mesh, C = 1 and 2, capacity 2 (two units per
     link: rows that take two chunks), a broadcast, 15 in-links (fully connected 16: the
-    exclusive term clips at 9 rivals), slack 1 and a shuffled rank."""
+    exclusive term clips at 9 rivals), three-slot windows (sends that reserve their links:
+    committed one by one, not in compiled runs), slack 1 and a shuffled rank."""
     torus, mesh, full = bt.torus2d(6, 6), bt.mesh2d(5, 5), bt.fully_connected(16)
+    slot = make_instance(torus, make_collective("allgather", torus), "1GB").tau_us
     return [
         ("torus6", make_instance(torus, make_collective("allgather", torus), "1GB")),
         ("mesh5", make_instance(mesh, make_collective("allgather", mesh), "1GB")),
@@ -136,6 +138,13 @@ def _uniform_cases() -> list[tuple[str, Instance]]:
         ),
         ("mesh5 broadcast", make_instance(mesh, make_collective("broadcast", mesh, 4, root=7), "1GB")),
         ("fully connected 16 C=2", make_instance(full, make_collective("allgather", full, 2), "1GB")),
+        # three-slot windows: the sends reserve their links, so they are committed one by one
+        (
+            "torus6 occupancy 3",
+            make_instance(
+                torus, make_collective("allgather", torus), "1GB", tau_rule="explicit", tau_us=slot / 2.5
+            ),
+        ),
     ]
 
 

@@ -68,6 +68,7 @@ from ccplan.schedule.core import Schedule
 log = logging.getLogger(__name__)
 
 _Commit = Callable[[int, int], None]
+_CommitMany = Callable[[np.ndarray, np.ndarray], None]  # the sends (links, chunks) in order
 
 _PROGRESS_EVERY = 10.0  # seconds between progress notes on the log
 _BIG = 10**9  # cardinality first: any extra matched pair outweighs every priority difference
@@ -377,6 +378,51 @@ def layered_schedule(
             + rank_part[ci]
         )
 
+    # the compiled path's sends, committed a run at a time: the array part in compiled code
+    # (layered_jit.commit_run) where no send reserves anything and no bit mask of targets is
+    # kept, the rest (columns, arrival queue) in bulk; otherwise one commit per send
+    in_pad = None
+    if compiled is not None and not masks_read and not any(slow):
+        in_pad = np.full((n_nodes, max(1, max(map(len, in_arr), default=1))), -1, dtype=np.intp)
+        for p, ks in enumerate(in_arr):
+            in_pad[p, : len(ks)] = ks
+    one_lat = lat[0] if lat and len(set(lat)) == 1 else None
+
+    def commit_many(links: np.ndarray, cis: np.ndarray) -> None:
+        nonlocal left
+        if in_pad is None or compiled is None:
+            for j, ci in zip(links.tolist(), cis.tolist(), strict=True):
+                commit(j, ci)
+            return
+        from ccplan.heuristics.layered_jit import commit_run
+
+        left -= commit_run(
+            links,
+            cis,
+            head_pos,
+            have_arr,
+            cand,
+            lacking_view,
+            in_pad,
+            compiled.holders,
+            compiled.unsat,
+            wants,
+            state.chunk_score,
+            compiled.rank_part,
+            max_holders,
+            _RARITY_CAP,
+        )
+        link_l = links.tolist()
+        s_slot.extend([t] * len(link_l))
+        s_link.extend(link_l)
+        s_chunk.extend(cis.tolist())
+        keys = (head_pos[links] * n_chunks + cis).tolist()
+        if one_lat is not None:
+            pending.setdefault(t + one_lat, []).extend(keys)
+        else:
+            for j, key in zip(link_l, keys, strict=True):
+                pending.setdefault(t + lat[j], []).append(key)
+
     while left > 0:
         deadline.check()
         if time.perf_counter() >= next_note:
@@ -418,7 +464,7 @@ def layered_schedule(
         elif _REFERENCE_LAYER:
             _match_per_receiver(topo, res, t, state, commit)
         elif compiled is not None:
-            fast.compiled_layer(res, t, state, commit, compiled)
+            fast.compiled_layer(res, t, state, commit_many, compiled)
         else:
             fast.layer(topo, res, t, state, commit)
         if len(s_slot) > before:
@@ -792,7 +838,14 @@ class _FastPath:
             self._block(topo, res, t, st, commit, cl, units, heads, lack, cuts[g : h + 1])
             g = h
 
-    def compiled_layer(self, res: Reservations, t: int, st: _State, commit: _Commit, run: _Compiled) -> None:
+    def compiled_layer(
+        self,
+        res: Reservations,
+        t: int,
+        st: _State,
+        commit: _CommitMany,
+        run: _Compiled,
+    ) -> None:
         """:meth:`layer` when every receiver is uniform: the row-by-row rule in compiled code
         (:func:`~ccplan.heuristics.layered_jit.rows_first_run`) over runs of receivers, a
         receiver whose rule fails solved in full between runs (the matrix :func:`_assign` would
@@ -827,8 +880,7 @@ class _FastPath:
                 out_link,
                 out_chunk,
             )
-            for j, c in zip(out_link[:n_out].tolist(), out_chunk[:n_out].tolist(), strict=True):
-                commit(j, c)
+            commit(out_link[:n_out], out_chunk[:n_out])
             if failed < 0:
                 return
             # the receiver's full assignment (_assign's matrix, built in compiled code with the
@@ -840,8 +892,7 @@ class _FastPath:
             )
             rows, colsel = linear_sum_assignment(mat, maximize=True)
             keep = mat[rows, colsel] > 0
-            for j, c in zip(row_link[rows[keep]].tolist(), cols[colsel[keep]].tolist(), strict=True):
-                commit(j, c)
+            commit(row_link[rows[keep]], cols[colsel[keep]])
             g = failed + 1
 
     def _block(

@@ -241,3 +241,60 @@ def assignment_matrix(
                         mat[r, col_of[c]] = fixed[in_held[p, c]] + score[c]
             r += 1
     return mat, cols, row_link
+
+
+@njit(cache=True, nogil=True)
+def commit_run(
+    links: np.ndarray,
+    chunks: np.ndarray,
+    head_pos: np.ndarray,
+    have: np.ndarray,
+    cand: np.ndarray,
+    lacking: np.ndarray,
+    in_links: np.ndarray,
+    holders: np.ndarray,
+    unsat: np.ndarray,
+    wants: np.ndarray,
+    score: np.ndarray,
+    rank_part: np.ndarray,
+    max_holders: int,
+    rarity_cap: int,
+) -> int:
+    """The array part of ``layered_schedule``'s ``commit`` for the sends ``(links[q],
+    chunks[q])`` in order, written into the run's state: the receiver has the chunk, its
+    in-links no longer offer it (bits and counts), one more holder, one fewer unsatisfied
+    target where the receiver wanted it, the chunk score.
+
+    ``in_links``: per node position its in-links, padded with -1; ``wants``: (C, V). For links
+    without reservations (one-slot windows, no single-port): the caller checks.
+
+    Returns
+    -------
+    int
+        How many of the sends delivered a chunk the receiver wanted.
+    """
+    done = 0
+    for q in range(len(links)):
+        c = chunks[q]
+        pv = head_pos[links[q]]
+        have[pv, c] = True
+        byte = c >> 3
+        m = np.uint8(1 << (c & 7))
+        for r in range(in_links.shape[1]):
+            k = in_links[pv, r]
+            if k < 0:
+                break
+            if cand[k, byte] & m:
+                cand[k, byte] ^= m
+                lacking[k] -= 1
+        holders[c] += 1
+        if wants[c, pv]:
+            wants[c, pv] = False
+            unsat[c] -= 1
+            done += 1
+        score[c] = (
+            min(max(max_holders - holders[c], 0), rarity_cap) * 10**4
+            + min(unsat[c], 99) * 100
+            + rank_part[c]
+        )
+    return done
