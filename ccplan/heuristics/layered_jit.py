@@ -36,6 +36,12 @@ for _x in range(256):
 
 
 @njit(cache=True, nogil=True)
+def _chunk_score(holders: int, unsat: int, rank_part: int, max_holders: int, rarity_cap: int) -> int:
+    """The chunk part of a weight, as ``layered._State.rescore`` computes it."""
+    return min(max(max_holders - holders, 0), rarity_cap) * 10**4 + min(unsat, 99) * 100 + rank_part
+
+
+@njit(cache=True, nogil=True)
 def rows_first_run(
     cand: np.ndarray,
     links: np.ndarray,
@@ -178,11 +184,7 @@ def rows_first_run(
             c = out_chunk[q]
             holders[c] += 1
             unsat[c] -= 1
-            score[c] = (
-                min(max(max_holders - holders[c], 0), rarity_cap) * 10**4
-                + min(unsat[c], 99) * 100
-                + rank_part[c]
-            )
+            score[c] = _chunk_score(holders[c], unsat[c], rank_part[c], max_holders, rarity_cap)
     return -1, n_out
 
 
@@ -292,9 +294,5 @@ def commit_run(
             wants[c, pv] = False
             unsat[c] -= 1
             done += 1
-        score[c] = (
-            min(max(max_holders - holders[c], 0), rarity_cap) * 10**4
-            + min(unsat[c], 99) * 100
-            + rank_part[c]
-        )
+        score[c] = _chunk_score(holders[c], unsat[c], rank_part[c], max_holders, rarity_cap)
     return done
