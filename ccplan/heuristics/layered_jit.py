@@ -17,9 +17,11 @@ through the chunk scores (its own holdings and in-link bits are its receiver's, 
 once per layer), so the run keeps its own copies of the chunks' holder and unsatisfied
 counts and updates the scores as ``layered_schedule``'s ``commit`` does. It stops at the
 first receiver whose rule fails, so that Python commits the choices so far, solves that
-receiver in full with the scores its commits produced, and resumes after it.
+receiver in full with the scores its commits produced (:func:`assignment_matrix` builds
+the matrix scipy solves), and resumes after it. :func:`commit_run` is the array part of
+those commits.
 
-Numba compiles the function on its first call in a process and caches the machine code
+Numba compiles each function on its first call in a process and caches the machine code
 beside this file (``cache=True``) for later processes.
 """
 
