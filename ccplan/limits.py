@@ -62,7 +62,8 @@ BYTES_PER_DEMAND_OF = {"layered": 300}
 """Methods that keep their deliveries in arrays: ``layered`` (dense holdings, candidate bits,
 send columns; the schedule kept as columns into the column verifier and the bound): 64x64
 torus AllGather, 16.8 million deliveries, 1.6 GB resident before the schedule is made,
-about 4 GB peak for the whole ``ccplan solve`` (docs/scale.md), rounded up."""
+3.7 GB peak for the whole ``ccplan solve`` while the estimate built the collective's demand
+tuples, 2.5 GB since (docs/scale.md); kept at the larger figure, rounded up."""
 BYTES_PER_LINK_SLOT = 200
 """One occupied (link, slot) record in the reservation tables and the verifier."""
 BYTES_PER_LINK_SLOT_OF = {"layered": 40}
