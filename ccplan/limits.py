@@ -244,8 +244,12 @@ def horizon_lower_bound(instance: Instance) -> int:
     (they are the latency and ingress bounds of :mod:`ccplan.bounds` restricted to one hop);
     here they size the work before any engine runs.
     """
+    return _horizon_from(instance, _deliveries_per_node(instance))
+
+
+def _horizon_from(instance: Instance, need: np.ndarray) -> int:
+    """:func:`horizon_lower_bound` from the chunks each node must receive (``need``, by node id)."""
     topo = instance.topology
-    need = _deliveries_per_node(instance)
     latency = instance.latency
     occupancy = instance.occupancy
     best = 0
@@ -297,7 +301,7 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     per_node = _deliveries_per_node(instance)
     deliveries = int(per_node.sum())
     link_slots = int((per_node * cheapest_in).sum())
-    horizon = horizon_lower_bound(instance)
+    horizon = _horizon_from(instance, per_node)
     total = (
         deliveries * per_delivery
         + link_slots * per_link_slot
