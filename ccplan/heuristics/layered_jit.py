@@ -157,8 +157,7 @@ def rows_first_run(
                 x = 0
                 for i in range(m):
                     x |= cand[links[a + i], byte]
-                for k in range(8):
-                    distinct += (x >> k) & 1
+                distinct += set_count[x]
             failed = rows > distinct
         start = n_out
         if not failed:
@@ -217,10 +216,9 @@ def assignment_matrix(
         x = 0
         for i in range(len(links)):
             x |= cand[links[i], byte]
-        for k in range(8):
-            if (x >> k) & 1:
-                col_of[byte * 8 + k] = n_cols
-                n_cols += 1
+        for q in range(_SET_COUNT[x]):
+            col_of[byte * 8 + _SET_BITS[x, q]] = n_cols
+            n_cols += 1
     cols = np.empty(n_cols, dtype=np.int64)
     for c in range(n_chunks):
         if col_of[c] >= 0:
@@ -237,12 +235,9 @@ def assignment_matrix(
             row_link[r] = j
             for byte in range(row_bytes):
                 x = cand[j, byte]
-                if x == 0:
-                    continue
-                for k in range(8):
-                    if (x >> k) & 1:
-                        c = byte * 8 + k
-                        mat[r, col_of[c]] = fixed[in_held[p, c]] + score[c]
+                for q in range(_SET_COUNT[x]):
+                    c = byte * 8 + _SET_BITS[x, q]
+                    mat[r, col_of[c]] = fixed[in_held[p, c]] + score[c]
             r += 1
     return mat, cols, row_link
 
