@@ -278,19 +278,28 @@ def _plan(instance: Instance, horizon: int, dense: bool, start: StartState | Non
     count = np.maximum(last - first + 1, 0)
     owner, xt = _expand(first.ravel(), count.ravel())
     xk, xe = owner // E, owner % E
-    starts: set[int] = set()
-    if not dense and instance.outage_set:
-        # a start whose occupancy window t .. t+l-1 meets an outage has no variable
-        starts = {e * (H + 1) + t for e, q in instance.outage_set
-                  for t in range(max(0, q - int(occ[e]) + 1), q + 1)}
+    # Start slots closed per link: an (E, H + 1) mask, so an outage or a busy port at a slot
+    # beyond the horizon can never close a start of another link (a flat key
+    # ``e * (H + 1) + t`` with ``t > H`` would alias link ``e + 1``'s early slots).
+    closed = np.zeros((E, H + 1), dtype=bool)
+
+    def close(e: int, q: int) -> None:
+        # a start whose occupancy window t .. t+l-1 meets slot q has no variable
+        lo, hi = max(0, q - int(occ[e]) + 1), min(q, H)
+        if lo <= hi:
+            closed[e, lo:hi + 1] = True
+
+    if not dense:
+        for e, q in instance.outage_set:
+            close(e, q)
     if start is not None and (start.busy_send or start.busy_recv):
         # single_port: a port the sends before the window still use is closed to the window
         for busy, ends in ((start.busy_send, topo.out_links), (start.busy_recv, topo.in_links)):
             for v, q in busy:
-                starts.update(e * (H + 1) + t for e in ends[v]
-                              for t in range(max(0, q - int(occ[e]) + 1), q + 1))
-    if starts:
-        keep = ~np.isin(xe * (H + 1) + xt, np.fromiter(starts, dtype=np.int64, count=len(starts)))
+                for e in ends[v]:
+                    close(e, q)
+    if closed.any():
+        keep = ~closed[xe, xt]
         xk, xe, xt = xk[keep], xe[keep], xt[keep]
 
     ylo = np.zeros((K, N), dtype=np.int64)
