@@ -647,6 +647,19 @@ def _network(args: argparse.Namespace) -> Any:
     )
 
 
+class _NoteCollector(logging.Handler):
+    """Print each importer warning as one ``note:`` line on stderr and remember its text."""
+
+    def __init__(self, seen: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self.seen = seen
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        self.seen.append(text)
+        print(f"note: {text}", file=sys.stderr)
+
+
 def cmd_import_topology(args: argparse.Namespace) -> int:
     from ccplan.instances.importers import import_topology
 
@@ -658,21 +671,43 @@ def cmd_import_topology(args: argparse.Namespace) -> int:
         raise ValidationError("import-topology needs FILE and --out (or --show-defaults)")
     out = Path(args.out)
     _check_writable(out)
-    topo = import_topology(
-        args.file,
-        args.format,
-        defaults=defaults,
-        pcie=args.pcie,
-        nvswitch=args.nvswitch,
-        network=_network(args),
-        name=args.name,
-    )
+    if args.pcie_gen is not None:
+        from ccplan.instances.importers import ClassDefaults
+
+        # Two sources for one number would leave the user guessing which one won.
+        given = [c for c in ("PIX", "PXB", "PHB", "NODE") if defaults.bw(c) != ClassDefaults().bw(c)]
+        if given:
+            raise ValidationError(
+                f"--pcie-gen {args.pcie_gen} and a {given[0]} bandwidth from --class-bw/--class-file "
+                "both set the PCIe rate; give one"
+            )
+    # The importers log the assumptions they make; each is one "note:" line on stderr.
+    assumed: list[str] = []
+    handler = _NoteCollector(assumed)
+    importer_log = logging.getLogger("ccplan.instances.importers")
+    importer_log.addHandler(handler)
+    propagate, importer_log.propagate = importer_log.propagate, False
+    try:
+        topo = import_topology(
+            args.file,
+            args.format,
+            defaults=defaults,
+            pcie=args.pcie,
+            pcie_gen=args.pcie_gen,
+            nvswitch=args.nvswitch,
+            network=_network(args),
+            name=args.name,
+        )
+    finally:
+        importer_log.removeHandler(handler)
+        importer_log.propagate = propagate
     _write_json(out, topo.to_dict())
     bws = sorted(set(topo.bandwidth.tolist()))
     print(f"{topo.name}: {len(topo.gpus)} GPUs, {len(topo.switches)} switches, {topo.num_links} links")
     print(f"bandwidths (GB/s): {', '.join(f'{b:g}' for b in bws)}")
     for note in filter(None, topo.description.split("; ")):
-        print(f"note: {note}")
+        if note not in assumed:
+            print(f"note: {note}")
     print(f"wrote {out}")
     return EXIT_OK
 
@@ -886,6 +921,7 @@ def _add_sweep(p: argparse.ArgumentParser) -> None:
 
 def _add_import_topology(p: argparse.ArgumentParser) -> None:
     from ccplan.instances.importers import IMPORTERS
+    from ccplan.instances.importers.classes import PCIE_GEN_GBPS
     from ccplan.instances.importers.machine import FABRICS, PCIE_POLICIES
 
     p.add_argument("file", nargs="?", help="nvidia-smi topo -m output, NCCL XML dump, rocm-smi --showtopo")
@@ -898,6 +934,12 @@ def _add_import_topology(p: argparse.ArgumentParser) -> None:
     g.add_argument("--class-file", help="JSON/TOML with bandwidth_GBps and alpha_us tables")
     g.add_argument("--show-defaults", action="store_true", help="print the class table and exit")
     g.add_argument("--pcie", default="auto", choices=PCIE_POLICIES, help="keep the PCIe tree")
+    g.add_argument(
+        "--pcie-gen",
+        type=int,
+        choices=sorted(PCIE_GEN_GBPS),
+        help="PCIe generation of every PCIe link (default: the NCCL dump's link_speed, else Gen4)",
+    )
     g.add_argument("--nvswitch", default="auto", choices=["auto", "yes", "no"], help="NV# via an NVSwitch")
     g = p.add_argument_group("several machines")
     g.add_argument("--nodes", type=int, default=1, help="copies of the machine (default 1)")

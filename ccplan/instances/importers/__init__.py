@@ -17,8 +17,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from ccplan.errors import ValidationError
-from ccplan.instances.importers.classes import ClassDefaults, load_overrides, parse_assignments
-from ccplan.instances.importers.machine import Machine, Network, join_machines
+from ccplan.instances.importers.classes import (
+    PCIE_GEN_GBPS,
+    PCIE_LEVELS,
+    ClassDefaults,
+    load_overrides,
+    parse_assignments,
+)
+from ccplan.instances.importers.machine import Machine, Network, check_pcie_gen, join_machines
 from ccplan.instances.importers.nccl_xml import parse_nccl_xml
 from ccplan.instances.importers.nvidia_smi import parse_nvidia_smi
 from ccplan.instances.importers.rocm_smi import parse_rocm_smi
@@ -94,6 +100,7 @@ def import_topology(
     *,
     defaults: ClassDefaults | None = None,
     pcie: str = "auto",
+    pcie_gen: int | None = None,
     nvswitch: str = "auto",
     network: Network | None = None,
     name: str | None = None,
@@ -109,6 +116,11 @@ def import_topology(
         Per-class bandwidth/alpha (documented defaults when None).
     pcie : {"auto", "always", "never"}
         Keep the PCIe tree (see :meth:`Machine.to_topology`).
+    pcie_gen : int, optional
+        PCIe generation 1 .. 6 of every PCIe link: sets the ``PIX``/``PXB``/``PHB``/``NODE``
+        classes to its x16 rate (over ``defaults``) and replaces the per-lane rate of the
+        links an NCCL dump gives (their width kept). None: the file's ``link_speed`` where it
+        has one, else the class defaults (Gen4; nvidia-smi and rocm-smi do not print it).
     nvswitch : {"auto", "yes", "no"}
         nvidia-smi only: whether NV# counts go through an NVSwitch.
     network : Network, optional
@@ -117,10 +129,24 @@ def import_topology(
         ``<net speed>``), else the ``NET`` class default.
     name : str, optional
         Topology name (default: derived from the file).
+
+    Raises
+    ------
+    ValidationError
+        Malformed input (``file:line: ...``), or a machine of one GPU left alone (no
+        collective to plan; ``network`` with two or more nodes joins copies of it).
     """
     d = defaults or ClassDefaults()
+    check_pcie_gen(pcie_gen)
+    if pcie_gen is not None:
+        d = d.with_overrides({c: PCIE_GEN_GBPS[pcie_gen] for c in PCIE_LEVELS if c != "SYS"})
     machine = read_machine(path, fmt, nvswitch)
-    topo = machine.to_topology(d, pcie=pcie)
+    if machine.gpus == 1 and (network is None or network.nodes == 1):
+        raise ValidationError(
+            f"{Path(path).name}: the machine has one GPU, so there is no collective to plan "
+            "(join copies with --nodes N, or import a machine of two or more GPUs)"
+        )
+    topo = machine.to_topology(d, pcie=pcie, pcie_gen=pcie_gen)
     if network is not None and network.nodes > 1:
         speeds = [gbps for _, gbps in machine.nics if gbps is not None]
         if network.bandwidth_GBps is None and speeds:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ccplan.errors import ValidationError
-from ccplan.instances.importers.classes import LINK_CLASSES, PCIE_LEVELS, ClassDefaults
+from ccplan.instances.importers.classes import LINK_CLASSES, PCIE_GEN_GBPS, PCIE_LEVELS, ClassDefaults
 from ccplan.instances.topology import Link, Node, Topology
 
 PCIE_POLICIES: tuple[str, ...] = ("auto", "always", "never")
@@ -48,6 +48,9 @@ class HubEdge:
     link_class: str
     bandwidth_GBps: float | None = None
     """Measured/declared bandwidth (e.g. from an NCCL dump's link_speed); None: class default."""
+    lanes: int | None = None
+    """PCIe lane count the file gives (NCCL's link_width, 0 read as 16); lets a PCIe generation
+    override recompute ``bandwidth_GBps`` while keeping the width. None: not from the file."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,9 @@ class Machine:
             parent[find(g)] = find(ported[0])
         return len({find(g) for g in range(self.gpus)}) == 1
 
-    def to_topology(self, defaults: ClassDefaults | None = None, pcie: str = "auto") -> Topology:
+    def to_topology(
+        self, defaults: ClassDefaults | None = None, pcie: str = "auto", pcie_gen: int | None = None
+    ) -> Topology:
         """The machine with numbers on its links.
 
         Parameters
@@ -125,6 +130,9 @@ class Machine:
             Include the PCIe tree: ``auto`` only when NVLink/xGMI/NVSwitch leave some GPUs
             unreachable (collective libraries do not route over PCIe when NVLink connects
             everyone, and every extra switch node enlarges the models).
+        pcie_gen : int, optional
+            PCIe generation (1 .. 6) that replaces the per-lane rate of every PCIe edge whose
+            width the file gave (``lanes``); the class-default edges follow ``defaults``.
 
         Returns
         -------
@@ -133,6 +141,7 @@ class Machine:
         """
         if pcie not in PCIE_POLICIES:
             raise ValidationError(f"pcie must be one of {PCIE_POLICIES}, got {pcie!r}")
+        check_pcie_gen(pcie_gen)
         d = defaults or ClassDefaults()
         nodes = [Node(g, "gpu") for g in range(self.gpus)]
         links: list[Link] = []
@@ -157,16 +166,28 @@ class Machine:
             for e in self.hub_edges:
                 child = e.child[1] if e.child[0] == "gpu" else base + e.child[1]
                 bw = e.bandwidth_GBps if e.bandwidth_GBps is not None else d.bw(e.link_class)
+                if pcie_gen is not None and e.lanes is not None:
+                    bw = e.lanes * PCIE_GEN_GBPS[pcie_gen] / 16
                 duplex(child, base + e.parent, bw, d.alpha(e.link_class))
         notes = list(self.notes)
         if self.hubs and not use_pcie:
-            notes.append("PCIe tree left out: NVLink/xGMI connects every GPU (use pcie=always to keep it)")
+            notes.append(
+                "PCIe tree left out (pcie=never)"
+                if pcie == "never"
+                else "PCIe tree left out: NVLink/xGMI connects every GPU (use pcie=always to keep it)"
+            )
         topo = Topology(name=self.name, nodes=tuple(nodes), links=tuple(links), description="; ".join(notes))
         if pcie != "never" and not _connected(topo):
             raise ValidationError(
                 f"machine {self.name!r}: the imported links leave some GPUs unreachable from others"
             )
         return topo
+
+
+def check_pcie_gen(gen: int | None, option: str = "pcie_gen") -> None:
+    """Refuse a PCIe generation outside :data:`~ccplan.instances.importers.classes.PCIE_GEN_GBPS`."""
+    if gen is not None and (isinstance(gen, bool) or gen not in PCIE_GEN_GBPS):
+        raise ValidationError(f"{option} must be one of {', '.join(map(str, PCIE_GEN_GBPS))}, got {gen!r}")
 
 
 def _connected(topo: Topology) -> bool:
@@ -229,7 +250,9 @@ class Network:
     nodes : int
         Machine count (1 = no network).
     nics_per_node : int
-        NICs per machine; GPU rank g of a machine with G GPUs uses NIC ``g * nics // G``.
+        NICs per machine. Up to G (the GPU count): GPU rank g uses NIC ``g * nics // G``.
+        More than G (16 NICs on an 8-GPU box): NIC r belongs to GPU ``r * G // nics``, so
+        each GPU drives ``nics / G`` NICs of its own.
     bandwidth_GBps, alpha_us : float, optional
         Per-NIC bandwidth and alpha; None takes the ``NET`` class default.
     fabric : {"switch", "rail"}
@@ -267,7 +290,10 @@ def join_machines(machine: Topology, network: Network, defaults: ClassDefaults |
     every copy's own switches, then NIC nodes, then fabric switches. A NIC that serves one
     GPU is not a node (the GPU's link to the fabric is the NIC); a NIC shared by several GPUs
     is a switch node, joined to its GPUs at the ``PIX`` class rate, so they share its
-    bandwidth.
+    bandwidth. A GPU with several NICs of its own (more NICs than GPUs) has one link per
+    fabric switch it reaches: on a rail fabric each NIC goes to its own rail switch; on one
+    switch its NICs become one link of their summed bandwidth (a topology holds at most one
+    link per direction between two nodes).
     """
     if network.nodes == 1:
         return machine
@@ -277,8 +303,6 @@ def join_machines(machine: Topology, network: Network, defaults: ClassDefaults |
     gpus = list(machine.gpus)
     switches = list(machine.switches)
     n_g, n_s, k = len(gpus), len(switches), network.nics_per_node
-    if k > n_g:
-        raise ValidationError(f"nics_per_node {k} exceeds the {n_g} GPUs of a machine")
     total_gpus = network.nodes * n_g
     ident: list[dict[int, int]] = []
     for m in range(network.nodes):
@@ -298,13 +322,30 @@ def join_machines(machine: Topology, network: Network, defaults: ClassDefaults |
     next_id += fabric_count
     nodes += [Node(f, "switch") for f in fabric]
     users: dict[int, list[int]] = {r: [] for r in range(k)}
-    for r in range(n_g):
-        users[r * k // n_g].append(r)
+    if k <= n_g:
+        for r in range(n_g):
+            users[r * k // n_g].append(r)
+    else:
+        for nic in range(k):
+            users[nic].append(nic * n_g // k)
+    # A GPU's own NICs on one fabric switch make one link of their summed bandwidth.
+    own: dict[tuple[int, int], int] = {}
+    for nic, ranks in users.items():
+        if len(ranks) == 1:
+            key = (ranks[0], nic if network.fabric == "rail" else 0)
+            own[key] = own.get(key, 0) + 1
     for m in range(network.nodes):
+        done: set[tuple[int, int]] = set()
         for nic, ranks in users.items():
             sw = fabric[nic] if network.fabric == "rail" else fabric[0]
+            width = 1
             if len(ranks) == 1:
                 port = m * n_g + ranks[0]
+                key = (ranks[0], nic if network.fabric == "rail" else 0)
+                if key in done:
+                    continue
+                done.add(key)
+                width = own[key]
             else:
                 port = next_id
                 next_id += 1
@@ -313,7 +354,8 @@ def join_machines(machine: Topology, network: Network, defaults: ClassDefaults |
                     g = m * n_g + r
                     pix_bw, pix_alpha = d.bw("PIX"), d.alpha("PIX")
                     links += [Link(g, port, pix_bw, pix_alpha), Link(port, g, pix_bw, pix_alpha)]
-            links += [Link(port, sw, nic_bw, nic_alpha), Link(sw, port, nic_bw, nic_alpha)]
+            bw = width * nic_bw
+            links += [Link(port, sw, bw, nic_alpha), Link(sw, port, bw, nic_alpha)]
     name = f"{machine.name}-x{network.nodes}-{network.fabric}"
     desc = (
         f"{network.nodes} x {machine.name}, {k} NIC(s) per node at {nic_bw:g} GB/s, alpha {nic_alpha:g} us, "

@@ -5,7 +5,12 @@ The dump nests ``<cpu>`` > ``<pci>`` (bridges, class ``0x060400``) > ``<pci>`` (
 ``<net name speed>``. Read as NCCL reads it (``src/graph/topo.cc``):
 
 - a PCIe edge's bandwidth is ``link_width x rate / 80`` GB/s with the per-lane rate of the
-  ``link_speed`` string (:data:`PCIE_RATE`); without the attributes the class default applies;
+  ``link_speed`` string (:data:`PCIE_RATE`); NCCL writes ``link_speed=""`` and
+  ``link_width=""`` when ``/sys`` has no entry for the device (``ncclTopoGetXmlFromSys`` in
+  ``src/graph/xml.cc``) and reads them as its table's fallback, 60 (8 GT/s, Gen3), and
+  width 0 as x16 (``ncclTopoAddPci``): so do we, with a note (:data:`FALLBACK_RATE`); a
+  ``<pci>`` without the attributes takes the class default;
+- every ``<pci busid>`` names one device: a bus id used twice is an error;
 - an NVLink whose target has class ``0x068000`` goes to an NVSwitch; all NVSwitches merge
   into one switch node (NCCL does the same), so a GPU's port is the sum of its counts;
 - a NIC's ``speed`` is in Mb/s;
@@ -16,6 +21,7 @@ The XML is read with ``xml.parsers.expat`` so that every error names its line.
 
 from __future__ import annotations
 
+import logging
 import re
 import xml.parsers.expat
 from collections.abc import Mapping
@@ -33,6 +39,11 @@ PCIE_RATE: Mapping[str, int] = {
     "64": 480,
 }
 """GT/s -> per-lane rate in 100 Mb/s, NCCL's ``kvDictPciGen`` (2.5 GT/s = Gen1 ... 64 = Gen6)."""
+
+FALLBACK_RATE = 60
+"""NCCL's ``kvDictPciGen`` default for a speed it cannot read (``""``): 8 GT/s, i.e. Gen3."""
+
+log = logging.getLogger(__name__)
 
 NVSWITCH_CLASS = "0x068000"
 CPU_CLASS = "0x068001"
@@ -89,19 +100,34 @@ def _int_attr(el: _El, key: str, source: str, minimum: int = 0) -> int:
     return value
 
 
-def _pci_bw(el: _El, source: str) -> float | None:
+def _pci_bw(el: _El, source: str, unknown: list[int]) -> tuple[float | None, int | None]:
+    """``(GB/s, lanes)`` of a ``<pci>``'s upstream link; ``(None, None)`` without the attributes.
+
+    An empty ``link_speed`` (NCCL could not read ``/sys``) takes NCCL's fallback rate and
+    appends the element's line to ``unknown``.
+    """
     speed, width = el.attrs.get("link_speed"), el.attrs.get("link_width")
     if speed is None or width is None:
-        return None
-    match = re.match(r"\s*([0-9.]+)\s*GT/s", speed)
-    key = None
-    if match is not None:
-        # "16.0 GT/s PCIe" (new kernels) and "16 GT/s" (old ones) name the same rate.
-        key = match.group(1).rstrip("0").rstrip(".") if "." in match.group(1) else match.group(1)
-    if key is None or key not in PCIE_RATE:
-        raise _err(source, el, f"link_speed={speed!r} is not a PCIe rate (2.5, 5, 8, 16, 32 or 64 GT/s)")
-    lanes = _int_attr(el, "link_width", source, minimum=0) or 16  # NCCL reads width 0 as x16
-    return lanes * PCIE_RATE[key] / 80.0
+        return None, None
+    if not speed.strip():
+        unknown.append(el.line)
+        rate = FALLBACK_RATE
+    else:
+        match = re.match(r"\s*([0-9.]+)\s*GT/s", speed)
+        key = None
+        if match is not None:
+            # "16.0 GT/s PCIe" (new kernels) and "16 GT/s" (old ones) name the same rate.
+            key = match.group(1).rstrip("0").rstrip(".") if "." in match.group(1) else match.group(1)
+        if key is None or key not in PCIE_RATE:
+            raise _err(
+                source,
+                el,
+                f"link_speed={speed!r} is not a PCIe rate (2.5, 5, 8, 16, 32 or 64 GT/s, or empty)",
+            )
+        rate = PCIE_RATE[key]
+    # NCCL reads width 0, and the empty width it writes beside an empty speed, as x16.
+    lanes = (_int_attr(el, "link_width", source, minimum=0) if width.strip() else 0) or 16
+    return lanes * rate / 80.0, lanes
 
 
 def _walk(el: _El) -> list[_El]:
@@ -131,6 +157,13 @@ def parse_nccl_xml(text: str, source: str = "<input>") -> Machine:
     gpus = [el for el in everything if el.tag == "gpu"]
     if not gpus:
         raise _err(source, system, "contains no <gpu>")
+    busids: dict[str, _El] = {}
+    for el in everything:
+        if el.tag == "pci" and "busid" in el.attrs:
+            bus = el.attrs["busid"].lower()
+            if bus in busids:
+                raise _err(source, el, f"busid {el.attrs['busid']!r} already used at line {busids[bus].line}")
+            busids[bus] = el
     bus_of: dict[int, str] = {}
     rank_of_el: dict[int, int] = {}
     ranks_seen: dict[int, _El] = {}
@@ -195,6 +228,8 @@ def parse_nccl_xml(text: str, source: str = "<input>") -> Machine:
             hubs[id(el)] = len(hubs)
         return hubs[id(el)]
 
+    unknown_speed: list[int] = []
+
     def visit(el: _El, parent_hub: int, depth: int) -> None:
         for child in el.children:
             if child.tag != "pci":
@@ -203,16 +238,14 @@ def parse_nccl_xml(text: str, source: str = "<input>") -> Machine:
             level = "PIX" if depth > 0 else "PHB"
             gpu_child = next((c for c in child.children if c.tag == "gpu"), None)
             if gpu_child is not None:
+                bw, lanes = _pci_bw(child, source, unknown_speed)
                 edges.append(
-                    HubEdge(
-                        ("gpu", gpu_by_bus[bus_of[id(gpu_child)]]), parent_hub, level, _pci_bw(child, source)
-                    )
+                    HubEdge(("gpu", gpu_by_bus[bus_of[id(gpu_child)]]), parent_hub, level, bw, lanes)
                 )
             elif cls == BRIDGE_CLASS:
                 h = hub(child)
-                edges.append(
-                    HubEdge(("hub", h), parent_hub, "PXB" if depth > 0 else "PHB", _pci_bw(child, source))
-                )
+                bw, lanes = _pci_bw(child, source, unknown_speed)
+                edges.append(HubEdge(("hub", h), parent_hub, "PXB" if depth > 0 else "PHB", bw, lanes))
                 visit(child, h, depth + 1)
 
     for cpu in cpus:
@@ -221,6 +254,14 @@ def parse_nccl_xml(text: str, source: str = "<input>") -> Machine:
         top = len(hubs)
         hubs[-1] = top
         edges.extend(HubEdge(("hub", hubs[id(cpu)]), top, "SYS") for cpu in cpus)
+    if unknown_speed:
+        lines = ", ".join(map(str, unknown_speed[:5])) + (", ..." if len(unknown_speed) > 5 else "")
+        note = (
+            f"empty link_speed on {len(unknown_speed)} PCIe link(s) (line {lines}): read as NCCL "
+            "does, 8 GT/s (Gen3), unless --pcie-gen gives the generation"
+        )
+        log.warning(note)
+        notes.append(note)
     attached = {e.child[1] for e in edges if e.child[0] == "gpu"}
     orphans = [g for g in range(len(order)) if g not in attached]
     if orphans and cpus:

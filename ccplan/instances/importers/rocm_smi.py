@@ -1,16 +1,24 @@
 """``rocm-smi --showtopo`` output -> :class:`~ccplan.instances.importers.machine.Machine`.
 
 The output has titled sections (``=== Weight between two GPUs ===``, ``Hops``, ``Link Type``,
-``Numa Nodes``). A pair of link type ``XGMI`` at one hop is a direct xGMI cable; ``PCIE``
-pairs (and xGMI pairs more than one hop apart) have no direct link. ``--showtopo`` does not
-print how many xGMI links join a pair (MI250's two GCDs of one package have four), so each
-direct pair counts as one link of the ``XGMI`` class; give the width with a class override
-or edit the topology JSON. GPUs on one NUMA node share a host bridge (``PHB``); NUMA nodes are
-joined by ``SYS``; that PCIe tree is used when xGMI does not reach every GPU.
+``Numa Nodes``). Which ``XGMI`` pairs are *direct* cables is read from the Weight matrix:
+AMD documents that ``Hops`` reads 1 for every pair reachable over xGMI, however many xGMI
+links the route crosses, while the weight is 15 per xGMI hop (the KFD io_link weight,
+``15 * num_hops_xgmi``), so a direct pair has weight :data:`XGMI_WEIGHT_PER_HOP`. Without a
+Weight section the Hops matrix is the fallback (Hops 1 = direct) and a note says that this
+may count two-hop pairs as direct; without either every ``XGMI`` pair is direct (noted).
+``PCIE`` pairs have no direct link. ``--showtopo`` does not print how many xGMI links join a
+pair (MI250's two GCDs of one package have four), so each direct pair counts as one link of
+the ``XGMI`` class; give the width with a class override or edit the topology JSON. GPUs on
+one NUMA node share a host bridge (``PHB``); NUMA nodes are joined by ``SYS`` (no Numa
+section: one node, noted); that PCIe tree is used when xGMI does not reach every GPU. The
+PCIe generation is not in ``--showtopo``: the class default (Gen4) applies unless
+``--pcie-gen`` or ``--class-bw`` says otherwise.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
 from ccplan.errors import ValidationError
@@ -19,6 +27,11 @@ from ccplan.instances.importers.machine import Cable, Machine, pcie_tree
 _TITLE = re.compile(r"^=+\s*(.*?)\s*=+\s*$")
 _GPU = re.compile(r"GPU(\d+)$")
 _NUMA = re.compile(r"GPU\[(\d+)\]\s*:\s*\(Topology\)\s*Numa Node:\s*(-?\d+)")
+
+XGMI_WEIGHT_PER_HOP = 15
+"""Weight one xGMI hop adds (amdkfd: ``props->weight = 15 * num_hops_xgmi``; AMD SMI docs)."""
+
+log = logging.getLogger(__name__)
 
 
 def _err(source: str, line: int, message: str) -> ValidationError:
@@ -84,12 +97,29 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
             f"{source}:1: no 'Link Type between two GPUs' section (is this `rocm-smi --showtopo`?)"
         )
     n, types = _matrix(sections[link_key], "Link Type", source)
-    hops: dict[tuple[int, int], tuple[str, int]] = {}
-    hop_key = next((k for k in sections if k.startswith("hops")), None)
-    if hop_key is not None:
-        n_h, hops = _matrix(sections[hop_key], "Hops", source)
-        if n_h != n:
-            raise _err(source, sections[hop_key][0][0], f"Hops has {n_h} GPUs, Link Type has {n}")
+    extra: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
+    for prefix, title in (("weight", "Weight"), ("hops", "Hops")):
+        key = next((k for k in sections if k.startswith(prefix)), None)
+        if key is not None:
+            n_x, extra[prefix] = _matrix(sections[key], title, source)
+            if n_x != n:
+                raise _err(source, sections[key][0][0], f"{title} has {n_x} GPUs, Link Type has {n}")
+    weights, hops = extra.get("weight", {}), extra.get("hops", {})
+    notes = [f"imported from rocm-smi --showtopo ({source})"]
+
+    def note(text: str) -> None:
+        log.warning(text)
+        notes.append(text)
+
+    if not weights and hops:
+        note(
+            "no Weight section: XGMI pairs at Hops 1 read as direct links (rocm-smi prints Hops 1 "
+            "for every xGMI-reachable pair, so two-hop pairs may be counted as direct)"
+        )
+    elif not weights:
+        note("no Weight or Hops section: every XGMI pair read as a direct link")
+    if not any(k.startswith("numa") for k in sections):
+        note("no Numa Nodes section: all GPUs assumed on one NUMA node")
     numa: dict[int, int] = {}
     for no, raw in sections.get("numa nodes", []):
         match = _NUMA.search(raw)
@@ -100,6 +130,7 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
             numa[g] = int(match.group(2))
     cables: list[Cable] = []
     levels: dict[tuple[int, int], str] = {}
+    odd: list[tuple[int, int, int]] = []
     for a in range(n):
         for b in range(a + 1, n):
             kind, no = types[(a, b)]
@@ -116,18 +147,15 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
                     f"GPU{a} -> GPU{b} is {kind} but GPU{b} -> GPU{a} is {other} (line {other_no})",
                 )
             kind = kind.upper()
-            distance = 1
-            if hops:
-                raw, hop_no = hops[(a, b)]
-                try:
-                    distance = int(raw)
-                except ValueError:
-                    raise _err(
-                        source, hop_no, f"GPU{a} column GPU{b}: hop count {raw!r} is not an integer"
-                    ) from None
-            if kind == "XGMI" and distance == 1:
+            if kind == "XGMI" and _direct(a, b, weights, hops, source, odd):
                 cables.append(Cable(a, b, "XGMI", 1))
             levels[(a, b)] = "PHB" if numa.get(a, 0) == numa.get(b, 0) else "SYS"
+    if odd:
+        a, b, w = odd[0]
+        note(
+            f"{len(odd)} XGMI weight(s) not a multiple of {XGMI_WEIGHT_PER_HOP} (first GPU{a}-GPU{b}: {w}), "
+            f"weights up to {XGMI_WEIGHT_PER_HOP} read as direct links"
+        )
     hubs, edges = pcie_tree(n, levels)
     return Machine(
         name=f"rocm-{n}gpu",
@@ -135,8 +163,43 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
         cables=tuple(cables),
         hubs=hubs,
         hub_edges=edges,
-        notes=(
-            f"imported from rocm-smi --showtopo ({source})",
-            "each direct xGMI pair counted as one link (widths are not in --showtopo)",
-        ),
+        notes=(*notes, "each direct xGMI pair counted as one link (widths are not in --showtopo)"),
     )
+
+
+def _number(table: dict[tuple[int, int], tuple[str, int]], a: int, b: int, what: str, source: str) -> int:
+    raw, line = table[(a, b)]
+    try:
+        return int(raw)
+    except ValueError:
+        raise _err(source, line, f"GPU{a} column GPU{b}: {what} {raw!r} is not an integer") from None
+
+
+def _direct(
+    a: int,
+    b: int,
+    weights: dict[tuple[int, int], tuple[str, int]],
+    hops: dict[tuple[int, int], tuple[str, int]],
+    source: str,
+    odd: list[tuple[int, int, int]],
+) -> bool:
+    """Whether the XGMI pair ``a < b`` is one xGMI hop apart (module doc: Weight, else Hops).
+
+    Weights that are not a multiple of 15 are appended to ``odd`` (the caller notes them).
+    """
+    if weights:
+        both = [_number(weights, x, y, "weight", source) for x, y in ((a, b), (b, a))]
+        if both[0] != both[1]:
+            raise _err(
+                source,
+                weights[(a, b)][1],
+                f"weight GPU{a} -> GPU{b} is {both[0]} but GPU{b} -> GPU{a} is {both[1]} "
+                f"(line {weights[(b, a)][1]})",
+            )
+        if both[0] % XGMI_WEIGHT_PER_HOP:
+            odd.append((a, b, both[0]))
+        # At most one hop's weight: direct (a weight below 15 is nearer still, not farther).
+        return both[0] <= XGMI_WEIGHT_PER_HOP
+    if hops:
+        return _number(hops, a, b, "hop count", source) == 1
+    return True
