@@ -183,8 +183,17 @@ def test_independent_of_chunks_tau_and_switch_model() -> None:
             ("store-and-forward", "cut-through"),
             (0.0, 0.1),
         ):
-            inst = _inst(topo, kind, "12MB", chunks=chunks, root=0, tau_rule=rule, tau_us=tau,
-                         alpha_threshold=thr, switch_model=model)
+            inst = _inst(
+                topo,
+                kind,
+                "12MB",
+                chunks=chunks,
+                root=0,
+                tau_rule=rule,
+                tau_us=tau,
+                alpha_threshold=thr,
+                switch_model=model,
+            )
             values.add(physical_bound(inst).us)
         assert len(values) == 1, (kind, values)
     for kind in ("allreduce", "reducescatter", "reduce"):
@@ -239,7 +248,9 @@ def _validity_cases() -> list[tuple[int, Instance]]:
             tau_rule=rule,
             tau_us=None if rule != "explicit" else rng.choice((2.0, 7.5, 20.0)),
             alpha_threshold=0.0,
-            switch_model=rng.choice(("store-and-forward", "cut-through")) if topo.switches else "store-and-forward",
+            switch_model=rng.choice(("store-and-forward", "cut-through"))
+            if topo.switches
+            else "store-and-forward",
         )
         if _cut_through_is_physical(inst):
             cases.append((seed, inst))
@@ -254,7 +265,11 @@ def test_bound_below_exact_optima_and_their_replays(case: tuple[int, Instance]) 
     result = solve(inst, "milp", SolveOptions(time_limit=20, workers=1))
     assert result.verified
     pb = physical_bound(inst)
-    assert pb.us <= result.makespan_slots * inst.tau_us * (1 + 1e-9), (inst.describe(), pb, result.makespan_slots)
+    assert pb.us <= result.makespan_slots * inst.tau_us * (1 + 1e-9), (
+        inst.describe(),
+        pb,
+        result.makespan_slots,
+    )
     sim = simulate(inst, result.schedule)
     assert pb.us <= sim.completion_us * (1 + 1e-9) + 1e-9, (inst.describe(), pb, sim.completion_us)
     if result.status != "optimal":

@@ -115,7 +115,9 @@ class PhysicalBound:
             if name not in PART_NAMES:
                 raise ValidationError(f"physical_bound.parts: unknown part {name!r}")
             if not (math.isfinite(value) and value >= 0):
-                raise ValidationError(f"physical_bound.parts[{name!r}] must be finite and >= 0, got {value!r}")
+                raise ValidationError(
+                    f"physical_bound.parts[{name!r}] must be finite and >= 0, got {value!r}"
+                )
         if self.binding not in self.parts:
             raise ValidationError(f"physical_bound.binding {self.binding!r} is not one of the parts")
         if self.parts and self.us != max(self.parts.values()):
@@ -180,7 +182,7 @@ class _Pieces:
         order = np.argsort(owner, kind="stable")
         keys, starts = np.unique(owner[order], return_index=True)
         groups = np.split(order, starts[1:])
-        return {int(k): g for k, g in zip(keys, groups) if k >= 0}
+        return {int(k): g for k, g in zip(keys, groups, strict=True) if k >= 0}
 
 
 def _pieces_of(instance: Instance) -> _Pieces:
@@ -200,7 +202,9 @@ def _pieces_of(instance: Instance) -> _Pieces:
 
     def matrix(which: int) -> sp.csr_array:
         lengths = np.fromiter((len(k[which]) for k in keys), dtype=np.int64, count=len(keys))
-        flat = np.fromiter(chain.from_iterable(k[which] for k in keys), dtype=np.int64, count=int(lengths.sum()))
+        flat = np.fromiter(
+            chain.from_iterable(k[which] for k in keys), dtype=np.int64, count=int(lengths.sum())
+        )
         indptr = np.r_[0, np.cumsum(lengths)]
         data = np.ones(len(flat), dtype=np.float64)
         out = sp.csr_array((data, lookup[flat], indptr), shape=(len(keys), n))
@@ -291,7 +295,9 @@ def _movement_plan(net: Net, pieces: _Pieces, orbit: np.ndarray | None, notes: l
         sinks = np.zeros(net.n)
         np.add.at(sinks, one_sink[mine], pieces.size[mine])
         if np.count_nonzero(sinks) >= 2:
-            members.append(Member(net, {h: float(sinks.sum())}, _as_dict(sinks), f"data out of node index {h}"))
+            members.append(
+                Member(net, {h: float(sinks.sum())}, _as_dict(sinks), f"data out of node index {h}")
+            )
 
     def row_of(u: int) -> np.ndarray:
         mine = by_holder.get(u, np.zeros(0, dtype=np.int64))
@@ -321,7 +327,9 @@ def _combining_plan(net: Net, pieces: _Pieces, orbit: np.ndarray | None, notes: 
         for p in _reps(contributors, orbit):
             row = row_of(p)
             if row.sum() > 0:
-                members.append(Member(rev, _as_dict(row), {p: float(row.sum())}, f"contributions of node index {p}"))
+                members.append(
+                    Member(rev, _as_dict(row), {p: float(row.sum())}, f"contributions of node index {p}")
+                )
     else:
         # AllReduce-like: every byte of p's contribution must reach w; the cuts separating
         # two GPUs are all seen from a fixed GPU g0 in one direction or the other.
@@ -333,7 +341,9 @@ def _combining_plan(net: Net, pieces: _Pieces, orbit: np.ndarray | None, notes: 
             if v == g0:
                 continue
             if out_row[v] > 0:
-                members.append(Member(net, {g0: float(out_row[v])}, {v: float(out_row[v])}, f"pair {g0}->{v}"))
+                members.append(
+                    Member(net, {g0: float(out_row[v])}, {v: float(out_row[v])}, f"pair {g0}->{v}")
+                )
             if in_col[v] > 0:
                 members.append(Member(net, {v: float(in_col[v])}, {g0: float(in_col[v])}, f"pair {v}->{g0}"))
     total = 0.0
@@ -371,7 +381,9 @@ def _latency_part(plan: _Plan, notes: list[str]) -> float:
                 continue
             d = dist[i, want]
             if not np.all(np.isfinite(d)):
-                raise ValidationError("a demand has no directed path from its source; the instance is infeasible")
+                raise ValidationError(
+                    "a demand has no directed path from its source; the instance is infeasible"
+                )
             cheap_cap = np.minimum(net.bw_out[u], net.bw_in[want])
             cheap = d + row[want] / cheap_cap
             k = int(np.argmax(cheap))
@@ -469,7 +481,9 @@ def _gossip_part(net: Net, plan: _Plan, switch_reduce: bool) -> float:
 
 
 # --------------------------------------------------------------------------- entry point
-def physical_bound(instance: Instance, *, switch_reduce: bool = False, symmetry: bool = True) -> PhysicalBound:
+def physical_bound(
+    instance: Instance, *, switch_reduce: bool = False, symmetry: bool = True
+) -> PhysicalBound:
     """Lower bound in microseconds on every schedule of ``instance``'s collective.
 
     Depends only on the topology, the collective (kind, root, destinations), ``size_bytes``
@@ -501,7 +515,9 @@ def physical_bound(instance: Instance, *, switch_reduce: bool = False, symmetry:
     plan = _plan(instance, net, symmetry)
     notes = plan.notes
     if instance.capacity != 1:
-        notes.append(f"capacity {instance.capacity}: every link counted at {instance.capacity} x its bandwidth")
+        notes.append(
+            f"capacity {instance.capacity}: every link counted at {instance.capacity} x its bandwidth"
+        )
     parts: dict[str, float] = {}
     parts["latency"] = _latency_part(plan, notes)
     thr, values, flows = _solve_members(plan.members, windowed=False, start=0.0)
@@ -511,8 +527,8 @@ def physical_bound(instance: Instance, *, switch_reduce: bool = False, symmetry:
         if len(plan.members) <= _WINDOWED_ALL:
             chosen = list(range(len(plan.members)))
         else:
-            binding = sorted(values, key=lambda i: -values[i])[:_WINDOWED_SOME]
-            chosen = sorted(set(binding) | {0})
+            top = sorted(values, key=lambda i: -values[i])[:_WINDOWED_SOME]
+            chosen = sorted(set(top) | {0})
             notes.append(f"windowed: {len(chosen)} of {len(plan.members)} flow problems (the binding ones)")
         subset = [plan.members[i] for i in chosen]
         starts = {k: values[i] for k, i in enumerate(chosen) if i in values}

@@ -61,7 +61,9 @@ class Net:
 
     def dist_from(self, nodes: list[int] | np.ndarray) -> np.ndarray:
         """``min_{s in nodes} dist_alpha(s, u)`` for every ``u`` (``inf`` if unreachable)."""
-        out = dijkstra(self.alpha_graph, directed=True, indices=np.asarray(nodes, dtype=np.int64), min_only=True)
+        out = dijkstra(
+            self.alpha_graph, directed=True, indices=np.asarray(nodes, dtype=np.int64), min_only=True
+        )
         return np.asarray(out, dtype=float)
 
     def dist_rows(self, nodes: list[int] | np.ndarray) -> np.ndarray:
@@ -169,7 +171,9 @@ class FlowProblem:
     def cut_parts(self, side: np.ndarray) -> tuple[float, np.ndarray]:
         """Constant bytes and the mask of links of the cut with source side ``side``."""
         net = self.member.net
-        constant = float(self.src_bytes[~side[self.src_nodes]].sum() + self.sink_bytes[side[self.sink_nodes]].sum())
+        constant = float(
+            self.src_bytes[~side[self.src_nodes]].sum() + self.sink_bytes[side[self.sink_nodes]].sum()
+        )
         links = side[net.src] & ~side[net.dst]
         return constant, links
 

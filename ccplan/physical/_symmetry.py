@@ -88,7 +88,9 @@ class _Refiner:
     def search(self, colors: np.ndarray, depth: int, budget: list[int]) -> np.ndarray | None:
         n = self.n
         left, right = colors[:n], colors[n:]
-        if not np.array_equal(np.bincount(left, minlength=colors.max() + 1), np.bincount(right, minlength=colors.max() + 1)):
+        if not np.array_equal(
+            np.bincount(left, minlength=colors.max() + 1), np.bincount(right, minlength=colors.max() + 1)
+        ):
             return None
         counts = np.bincount(left)
         if counts.max() == 1:
