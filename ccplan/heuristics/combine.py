@@ -7,7 +7,11 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
 
   * the occupancy ``t .. t+l-1`` maps to ``D-t-L .. D-t-L+l-1``, i.e. slot ``x`` goes to
     ``(D - delta - 1) - x``: a reflection with one constant per link, so two sends that did not
-    overlap on a link still do not (capacity is preserved; outages are not mapped);
+    overlap on a link still do not (capacity is preserved). Single-port is preserved when all
+    links out of a node share one ``delta``, and all links into it (:func:`ports_reflect`);
+    otherwise two sends of a node on different slots may land on the same one. Outages sit
+    at fixed slots: an outage of ``a -> b`` in slot ``x`` is one of ``b -> a`` in
+    ``D - delta - 1 - x``, which needs ``D`` before the reversed problem is solved;
   * causality: in the AllGather, ``a`` forwards ``c`` (at slots ``t' >= t + L``) only after it
     arrived; reversed, every partial sum ``a`` receives lands at ``D - t'  <= D - t - L``, i.e.
     at or before the slot in which ``a`` sends its own, so ``a`` sends the sum of its whole
@@ -17,12 +21,24 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
     once. Branches that end in a switch (nothing to contribute) are pruned.
 
   Slots are then shifted so that the first send is in slot 0.
+
+  Where the reflection alone may break a rule, more candidates are built and the shortest
+  verified one is kept (:func:`_reversed_phase`): with single-port and unequal delays, the
+  reflection of the AllGather on the *uniform-delay twin* (every ``delta`` raised to the
+  largest: one constant for every link, and a partial sum that arrives earlier than the twin
+  assumed is still in time); with outages, the reflection of an AllGather solved with the
+  outages reflected about a horizon ``D`` (tried from the makespan without outages upward,
+  kept when the AllGather ends by ``D``); and every candidate that still breaks a rule is
+  repaired by :func:`retime`, which re-places the sends in slot order against the link,
+  ports and outages while keeping each partial sum's inputs. Every returned schedule is
+  verified.
 - **Reduce** = Broadcast on the reversed topology, reversed the same way.
-- **AllReduce** = ReduceScatter, then the AllGather of the engine on the original topology
-  shifted by the ReduceScatter makespan (``"concat"``). ``"overlap"`` then moves every
-  AllGather send as early as its inputs allow: a chunk's broadcast may start as soon as *that*
-  chunk is reduced at its owner, and may reach a GPU once that GPU has sent on its own partial
-  sum of it (a copy of the finished sum must not be folded into a partial one).
+- **AllReduce** = ReduceScatter (as above, against the outages), then the AllGather of the
+  engine on the original topology shifted by the ReduceScatter makespan (``"concat"``).
+  ``"overlap"`` then moves every AllGather send as early as its inputs allow (against the
+  outages and ports too): a chunk's broadcast may start as soon as *that* chunk is reduced
+  at its owner, and may reach a GPU once that GPU has sent on its own partial sum of it (a
+  copy of the finished sum must not be folded into a partial one).
   ``"pipelined"`` first re-places the ReduceScatter shard by shard (:func:`relist`), so that
   shards finish one after another instead of all at its end, then overlaps the AllGather in
   the order the shards finish. The default (``"best"``) keeps the shortest verified schedule.
@@ -41,10 +57,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, allgather, broadcast
 from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
+from ccplan.instances.topology import Topology
 from ccplan.methods import Outcome, Result, SolveOptions, get_engine, solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
@@ -61,7 +80,8 @@ ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap", "pipelined")
 
 
 def _sub_instance(instance: Instance, topology: Any, collective: Any) -> Instance:
-    """Same size, slot rule and port model on another topology/collective (no outages)."""
+    """Same size, slot rule and port model on another topology/collective (no outages: they
+    do not carry over to a reversed or shifted phase, whose result is re-timed against them)."""
     return replace(instance, topology=topology, collective=collective, outages=())
 
 
@@ -87,7 +107,9 @@ def _run(method: str, instance: Instance, options: SolveOptions) -> tuple[Schedu
     return outcome.schedule, outcome
 
 
-def reverse_schedule(reversed_instance: Instance, schedule: Schedule) -> Schedule:
+def reverse_schedule(
+    reversed_instance: Instance, schedule: Schedule, horizon: int | None = None
+) -> Schedule:
     """Time-reverse a data-movement schedule valid on ``reversed_instance`` (a topology with
     every link turned around) into a receive-and-reduce schedule on the original topology.
 
@@ -97,11 +119,20 @@ def reverse_schedule(reversed_instance: Instance, schedule: Schedule) -> Schedul
         The AllGather / Broadcast instance on the reversed topology.
     schedule : Schedule
         A valid schedule for it.
+    horizon : int, optional
+        The constant ``D`` of the reflection, kept as given (no shift): the reflection of an
+        instance whose outages were mapped with it (:func:`reflect_outages`). Default: the
+        schedule's own last useful arrival, then shifted so that the first send is in slot 0.
 
     Returns
     -------
     Schedule
-        Sends on the original links, ``reduce=True``, first send in slot 0.
+        Sends on the original links, ``reduce=True``.
+
+    Raises
+    ------
+    ValidationError
+        A useful send arrives after ``horizon`` (its reflection would start before slot 0).
     """
     topo = reversed_instance.topology
     coll = reversed_instance.collective
@@ -126,16 +157,89 @@ def reverse_schedule(reversed_instance: Instance, schedule: Schedule) -> Schedul
     if not kept:
         return Schedule((), method=schedule.method)
     index = topo.link_index
-    horizon = max(s.slot + int(lat[index[(s.src, s.dst)]]) for s in kept)
-    raw = [(horizon - s.slot - int(lat[index[(s.src, s.dst)]]), s) for s in kept]
-    shift = min(t for t, _ in raw)
+    last = max(s.slot + int(lat[index[(s.src, s.dst)]]) for s in kept)
+    if horizon is not None and last > horizon:
+        raise ValidationError(
+            f"the schedule's last useful arrival, slot {last}, is after the horizon {horizon}"
+        )
+    end = last if horizon is None else horizon
+    raw = [(end - s.slot - int(lat[index[(s.src, s.dst)]]), s) for s in kept]
+    shift = min(t for t, _ in raw) if horizon is None else 0
     sends = tuple(Send(slot=t - shift, chunk=s.chunk, src=s.dst, dst=s.src, reduce=True) for t, s in raw)
     return Schedule(sends, method=schedule.method)
+
+
+def ports_reflect(instance: Instance) -> bool:
+    """Whether the per-link reflection keeps the port rule: always without single-port;
+    with it, when the links out of every node share one ``delta`` and so do the links into
+    every node (then a node's links are all reflected by one constant). ``l`` may differ.
+    (docs/collectives.md, "Duality".)"""
+    if not instance.single_port:
+        return True
+    topo = instance.topology
+    delay = instance.delay
+    for links in (topo.out_links, topo.in_links):
+        for js in links.values():
+            if len({int(delay[j]) for j in js}) > 1:
+                return False
+    return True
+
+
+def _uniform_delay(instance: Instance) -> Instance:
+    """``instance`` with every link's propagation ``delta`` raised to the largest one (every
+    alpha set to the alpha of a slowest-to-propagate link; the slot length kept as an explicit
+    ``tau``, so ``l`` and ``omega`` do not change). Its per-link reflection is one global
+    reflection (module docstring)."""
+    worst = int(np.argmax(instance.delay))
+    alpha = instance.topology.links[worst].alpha_us
+    topo = instance.topology
+    twin = Topology(
+        name=f"{topo.name}-uniform-delay",
+        nodes=topo.nodes,
+        links=tuple(replace(lk, alpha_us=alpha) for lk in topo.links),
+        description=topo.description,
+    )
+    return replace(
+        instance, topology=twin, tau_rule="explicit", tau_us_explicit=instance.tau_us, alpha_cap=None
+    )
+
+
+def reflect_outages(instance: Instance, reversed_instance: Instance, horizon: int) -> Instance:
+    """``reversed_instance`` with the outages of ``instance`` reflected as
+    :func:`reverse_schedule` with ``horizon`` reflects sends.
+
+    A reversed send in slot ``t`` on ``b -> a`` becomes the send in ``horizon - t - L`` on
+    ``a -> b``, whose occupancy slot ``x`` is the reversed occupancy slot
+    ``horizon - delta - 1 - x`` (``delta`` of the reversed link). An outage of ``a -> b`` in
+    slot ``x`` is therefore one of ``b -> a`` in that slot; those that fall before slot 0 lie
+    after every reflected send and are dropped.
+    """
+    delay = reversed_instance.delay
+    index = reversed_instance.topology.link_index
+    mapped = []
+    for a, b, x in instance.outages:
+        y = horizon - int(delay[index[(b, a)]]) - 1 - x
+        if y >= 0:
+            mapped.append((b, a, y))
+    return replace(reversed_instance, outages=tuple(mapped))
+
+
+OUTAGE_ROUNDS = 4
+"""Horizons :func:`_reversed_phase` tries with the outages reflected (module docstring)."""
 
 
 def _reversed_phase(
     instance: Instance, method: str, kind: str, options: SolveOptions
 ) -> tuple[Schedule, Outcome]:
+    """The ReduceScatter / Reduce of ``instance`` from ``method``'s AllGather / Broadcast on the
+    reversed topology: the shortest verified of the reflections of the module docstring, each
+    repaired by :func:`retime` when it breaks single-port or an outage.
+
+    Raises
+    ------
+    ValidationError
+        The engine found no schedule, or (a bug) no repaired reflection verifies.
+    """
     topo = instance.topology
     rev = topo.reversed()
     coll = instance.collective
@@ -144,8 +248,62 @@ def _reversed_phase(
     else:
         twin = broadcast(rev, chunks=coll.chunks, root=coll.root)
     rev_instance = _sub_instance(instance, rev, twin)
-    schedule, outcome = _run(method, rev_instance, options)
-    return reverse_schedule(rev_instance, schedule), outcome
+    # Unequal delays at a node make the per-link reflection shift its links by different
+    # constants, which breaks single-port; the uniform-delay twin's reflection keeps it.
+    uniform = not ports_reflect(instance)
+    runs = 1 + uniform + (OUTAGE_ROUNDS if instance.outages else 0)
+    phase = _phase_options(options, 1 / runs)
+    schedule, outcome = _run(method, rev_instance, phase)
+    best: tuple[int, Schedule] | None = None
+    failure = ""
+
+    def consider(reflected: Schedule) -> None:
+        nonlocal best, failure
+        versions = [reflected]
+        report = verify(instance, reflected)
+        if not report.ok:
+            failure = failure or str(report.violations[0])
+            versions = [retime(instance, reflected)]
+        elif instance.outages:
+            versions.append(retime(instance, reflected))  # may move sends into freed slots
+        for version in versions:
+            report = verify(instance, version) if version is not reflected else report
+            if report.ok and report.makespan_slots is not None:
+                if best is None or report.makespan_slots < best[0]:
+                    best = (report.makespan_slots, version)
+            else:
+                log.error("a retimed reflection fails verification: %s", report.violations[0])
+
+    consider(reverse_schedule(rev_instance, schedule))
+    own = rev_instance
+    try:
+        # further runs only add candidates: one that finds nothing in its time is skipped
+        if uniform:
+            own = _uniform_delay(rev_instance)
+            slow_schedule, _ = _run(method, own, phase)
+            consider(reverse_schedule(own, slow_schedule))
+        if instance.outages:
+            # The outages sit at fixed slots, so the reflection needs its constant in advance:
+            # try the makespan of the run without them, then the one the last try needed (or
+            # one more), while that is below the best so far (a reflection ends by its horizon).
+            horizon = verify(rev_instance, schedule).makespan_slots or 0
+            for _ in range(OUTAGE_ROUNDS):
+                if best is not None and horizon >= best[0]:
+                    break
+                mapped = reflect_outages(instance, own, horizon)
+                dark, _ = _run(method, mapped, phase)
+                need = verify(mapped, dark).makespan_slots or 0
+                if need <= horizon:
+                    consider(reverse_schedule(mapped, dark, horizon))
+                    break
+                horizon = max(horizon + 1, need)
+    except ValidationError as exc:
+        log.info("reversal: a further run gave no schedule: %s", exc)
+    if best is None:
+        raise ValidationError(f"no valid {coll.kind} from the reversed {twin.kind} of {method!r}: {failure}")
+    if failure:
+        log.info("reversal repaired by retiming (%s)", failure)
+    return best[1], outcome
 
 
 def _overlap(instance: Instance, rs: Schedule, ag: Schedule, shift: int, by_ready: bool = False) -> Schedule:
@@ -216,6 +374,27 @@ def relist(instance: Instance, schedule: Schedule) -> Schedule:
     in shard order the first shards finish early, and the AllGather of ``"overlap"`` can start
     on them while the ReduceScatter still runs (opposite directions of the same links).
     """
+    return _replace(instance, schedule, lambda x: (x.chunk[1], x.chunk[0], x.slot))
+
+
+def retime(instance: Instance, schedule: Schedule) -> Schedule:
+    """Re-place the sends of a reduction schedule in their own slot order, each at the earliest
+    slot at which every partial sum that reached its sender before it has arrived and its link
+    and ports are free: ``omega`` with the outages, and single-port (the repair of a reversal,
+    module docstring).
+
+    The input needs only causality (each node sends a partial sum after the partial sums it
+    folds in arrived, as every reversal gives); capacity, ports and outages may be violated.
+    Every node then sends the same partial sum as before, so the output is valid.
+    """
+    return _replace(instance, schedule, lambda x: (x.slot, x.chunk, x.src, x.dst))
+
+
+def _replace(instance: Instance, schedule: Schedule, key: Callable[[Send], Any]) -> Schedule:
+    """List re-timing shared by :func:`relist` and :func:`retime`: the sends in ``key`` order,
+    each at the earliest slot after its inputs (module docstring of :func:`relist`) at which
+    its ``l`` occupancy slots are free on the link (``omega``, outages) and, single-port, at
+    both ends."""
     topo = instance.topology
     occ = [int(x) for x in instance.occupancy]
     lat = [int(x) for x in instance.latency]
@@ -227,7 +406,7 @@ def relist(instance: Instance, schedule: Schedule) -> Schedule:
     rport: set[tuple[int, int]] = set()
     placed: dict[Send, int] = {}
     out = []
-    for s in sorted(schedule.sends, key=lambda x: (x.chunk[1], x.chunk[0], x.slot)):
+    for s in sorted(schedule.sends, key=key):
         link = topo.link_index[(s.src, s.dst)]
         arrival = {d: lat[topo.link_index[(d.src, d.dst)]] for d in inputs[(s.chunk, s.src)]}
         deps = [d for d, L in arrival.items() if d.slot + L <= s.slot]
@@ -265,8 +444,6 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
     coll = instance.collective
     if not coll.combining:
         return get_engine(method)(instance, opts)
-    if instance.outages:
-        log.warning("the reversal construction ignores outages; the result is verified against them")
     kind = coll.kind
     start = time.perf_counter()
     details: dict[str, Any] = {"construction": kind, "engine": method}
@@ -276,7 +453,8 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
         schedule = Schedule(sched.sends, method=f"{method}+reverse")
     elif kind == "allreduce":
         topo = instance.topology
-        rs_instance = _sub_instance(instance, topo, reducescatter(topo, coll.chunks))
+        # the ReduceScatter half runs on the same slots as the AllReduce: keep the outages
+        rs_instance = replace(instance, collective=reducescatter(topo, coll.chunks))
         rs, rs_out = _reversed_phase(rs_instance, method, "reducescatter", _phase_options(opts, 0.5))
         rs_report = verify(rs_instance, rs)
         if not rs_report.ok or rs_report.makespan_slots is None:

@@ -117,20 +117,44 @@ def cluster_levels(topo: Topology) -> list[np.ndarray]:
     Level 0 is the connected parts of the whole graph; then, for every link speed but the
     fastest in increasing order, the components of the links strictly faster than it (the
     bandwidth clusters of :mod:`ccplan.bounds`: chassis on NDv2, DGX2 or AMD, then the GCD
-    quads and pairs inside an AMD chassis); the last level is every node on its own. Equal
-    consecutive partitions are kept once.
+    quads and pairs inside an AMD chassis), each split into its strongly connected parts
+    (:func:`_strong_parts`); the last level is every node on its own. Equal consecutive
+    partitions are kept once.
     """
     bw = np.array([lk.bandwidth_GBps for lk in topo.links], dtype=float)
     n = len(topo.node_ids)
     levels = [_clusters_above(topo, np.ones(len(bw), dtype=bool))]
     for speed in np.unique(bw)[:-1] if len(bw) else []:
-        labels = _clusters_above(topo, bw > speed)
+        labels = _strong_parts(topo, _clusters_above(topo, bw > speed))
         if len(np.unique(labels)) < n and not _same_partition(labels, levels[-1]):
             levels.append(labels)
     finest = np.arange(n, dtype=np.int64)
     if not _same_partition(finest, levels[-1]):
         levels.append(finest)
     return levels
+
+
+def _strong_parts(topo: Topology, labels: np.ndarray) -> np.ndarray:
+    """Split every cluster into the strongly connected parts of the links inside it.
+
+    A chunk enters a cluster once and is then spread over the links inside it, so each
+    cluster below level 0 must reach all its nodes from any one of them. A weak component of
+    the fast links need not (4 -> 2 at 50 GB/s joins 2 and 4, but 2 reaches 4 only through a
+    slower link out of the cluster), and the search would then end with node 4 unserved. The
+    parts stay nested: a part of a finer level is strongly connected inside its coarser
+    cluster, so it lies in one part of it. Level 0 stays weak: there the search runs over the
+    whole graph, where the instance's reach check holds.
+    """
+    nodes = topo.node_ids
+    pos = {v: i for i, v in enumerate(nodes)}
+    src = np.array([pos[lk.src] for lk in topo.links], dtype=np.int64)
+    dst = np.array([pos[lk.dst] for lk in topo.links], dtype=np.int64)
+    inside = labels[src] == labels[dst] if len(src) else np.zeros(0, dtype=bool)
+    graph = sp.csr_array(
+        (np.ones(int(inside.sum())), (src[inside], dst[inside])), shape=(len(nodes), len(nodes))
+    )
+    _, found = connected_components(graph, directed=True, connection="strong")
+    return np.asarray(found, dtype=np.int64)
 
 
 def has_chassis(topo: Topology) -> bool:

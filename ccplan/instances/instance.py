@@ -316,14 +316,16 @@ class Instance:
 
     @property
     def capped_tau_floor_us(self) -> float:
-        """``min alpha / alpha_cap`` over links with a positive alpha (0 without a cap).
+        """``min alpha / alpha_cap`` over every link, zero alphas included (0 without a cap).
 
         TE-CCL (``set_epoch_duration``) raises tau to this value when the rule gives a shorter
-        one, so that no link's alpha spans more than ``alpha_cap`` slots.
+        one, so that the smallest alpha spans at most ``alpha_cap`` slots. Its smallest alpha
+        (``get_min_alpha``) counts a link with alpha 0, so one such link turns the cap off;
+        so does this one (docs/model.md).
         """
         if self.alpha_cap is None or self.tau_rule == "explicit":
             return 0.0
-        alphas = self.topology.alpha[self.topology.alpha > 0]
+        alphas = self.topology.alpha
         return float(alphas.min()) / self.alpha_cap if len(alphas) else 0.0
 
     @cached_property
