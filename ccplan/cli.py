@@ -1125,7 +1125,8 @@ def _safe_streams() -> None:
     non-ASCII letters is printed with backslash escapes instead of failing the command."""
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+        encoding = str(getattr(stream, "encoding", "") or "").lower().replace("-", "").replace("_", "")
+        if reconfigure is not None and encoding not in ("utf8", "utf16", "utf32"):
             with contextlib.suppress(ValueError, OSError):  # a detached or closed stream
                 reconfigure(errors="backslashreplace")
 
