@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ccplan.errors import CCPlanError, ValidationError
-from ccplan.parsing import MAX_DIGITS, MAX_INDEX, int_text, one_line, show
+from ccplan.parsing import MAX_DIGITS, MAX_INDEX, int_text, int_value, one_line, show
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ccplan.methods import Result
@@ -652,8 +652,8 @@ def _network(args: argparse.Namespace) -> Any:
     from ccplan.instances.importers import Network
 
     return Network(
-        nodes=args.nodes,
-        nics_per_node=args.nics_per_node,
+        nodes=int_value(args.nodes, "--nodes", low=1),
+        nics_per_node=int_value(args.nics_per_node, "--nics-per-node", low=1),
         bandwidth_GBps=args.nic_bw,
         alpha_us=args.nic_alpha,
         fabric=args.fabric,
@@ -913,8 +913,8 @@ def _add_import_topology(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pcie", default="auto", choices=PCIE_POLICIES, help="keep the PCIe tree")
     g.add_argument("--nvswitch", default="auto", choices=["auto", "yes", "no"], help="NV# via an NVSwitch")
     g = p.add_argument_group("several machines")
-    g.add_argument("--nodes", type=_positive_int, default=1, help="copies of the machine (default 1)")
-    g.add_argument("--nics-per-node", type=_positive_int, default=1, help="NICs per machine (default 1)")
+    g.add_argument("--nodes", type=int, default=1, help="copies of the machine (default 1)")
+    g.add_argument("--nics-per-node", type=int, default=1, help="NICs per machine (default 1)")
     g.add_argument("--nic-bw", type=_positive_float, help="GB/s per NIC (default: file, else class NET)")
     g.add_argument("--nic-alpha", type=_nonneg_float, help="alpha per NIC hop in us (default: class NET)")
     g.add_argument("--fabric", default="switch", choices=FABRICS, help="one switch or one switch per rail")
