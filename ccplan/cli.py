@@ -7,6 +7,7 @@ Every command is a library call; this module only parses arguments, prints, and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ccplan.errors import CCPlanError, ValidationError
+from ccplan.parsing import MAX_DIGITS, MAX_INDEX, int_text, int_value, one_line, show
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from ccplan.methods import Result
@@ -54,18 +56,20 @@ def _parse_dests(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValidationError(f"--dests must be a comma-separated list of node ids, got {text!r}") from None
+        return tuple(int_text(x, "--dests entry") for x in text.split(",") if x.strip())
+    except ValidationError as exc:
+        raise ValidationError(f"--dests must be a comma-separated list of node ids ({exc})") from None
 
 
 def _chunks_arg(text: str) -> int | str:
     if text == "auto":
         return text
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
+        return int_text(text, "--chunks", low=1)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (at most {MAX_INDEX}) or 'auto', got {show(text)}"
+        ) from None
 
 
 def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
@@ -109,15 +113,19 @@ def _arg_type(
     convert: Callable[[str], Any], kind: str, ok: Callable[[Any], bool], rule: str
 ) -> Callable[[str], Any]:
     """An argparse type: ``convert`` the text, then check ``ok``; argparse names the flag in
-    front of the message (``--time-limit: must be a positive number, got '-1'``)."""
+    front of the message (``--time-limit: must be a positive number, got '-1'``). Text longer
+    than :data:`ccplan.parsing.MAX_DIGITS` characters is refused before it is converted, and
+    the value is shown cut short, so the error stays one short line."""
 
     def parse(text: str) -> Any:
         try:
+            if len(text.strip()) > MAX_DIGITS:
+                raise ValueError(text)
             value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}") from None
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {show(text)}") from None
         if not ok(value):
-            raise argparse.ArgumentTypeError(f"must be {rule}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {show(text)}")
         return value
 
     return parse
@@ -125,8 +133,13 @@ def _arg_type(
 
 _positive_float = _arg_type(float, "a number", lambda v: math.isfinite(v) and v > 0, "a positive number")
 _nonneg_float = _arg_type(float, "a number", lambda v: math.isfinite(v) and v >= 0, "a number >= 0")
-_nonneg_int = _arg_type(int, "an integer", lambda v: v >= 0, "an integer >= 0")
-_positive_int = _arg_type(int, "an integer", lambda v: v >= 1, "a positive integer")
+# counts, ids and slots: at most MAX_INDEX (the bound every file reader applies too)
+_NONNEG = f"an integer in 0..{MAX_INDEX}"
+_POSITIVE = f"an integer in 1..{MAX_INDEX}"
+_SEED = f"an integer in -{MAX_INDEX}..{MAX_INDEX}"
+_nonneg_int = _arg_type(int, _NONNEG, lambda v: 0 <= v <= MAX_INDEX, _NONNEG)
+_positive_int = _arg_type(int, _POSITIVE, lambda v: 1 <= v <= MAX_INDEX, _POSITIVE)
+_seed_int = _arg_type(int, _SEED, lambda v: abs(v) <= MAX_INDEX, _SEED)
 
 
 def _add_instance_args(p: argparse.ArgumentParser) -> None:
@@ -134,7 +147,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--topology", required=True, help="built-in name (see `ccplan topologies`) or a topology JSON file"
     )
-    g.add_argument("--chassis", type=int, help="chassis count for ndv2, dgx2, amd")
+    g.add_argument("--chassis", type=_positive_int, help="chassis count for ndv2, dgx2, amd")
     g.add_argument(
         "--topo-arg",
         action="append",
@@ -142,7 +155,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         help="parameter of a built-in topology, e.g. n=8 (repeatable)",
     )
     g.add_argument("--collective", default="allgather", help="allgather (default), broadcast, ...")
-    g.add_argument("--root", type=int, help="root GPU of rooted collectives (default: the first GPU)")
+    g.add_argument("--root", type=_nonneg_int, help="root GPU of rooted collectives (default: the first GPU)")
     g.add_argument("--dests", help="multicast destinations, comma-separated")
     g.add_argument("--size", default="1MB", help="output buffer size, e.g. 64KB, 1MB, 1GB (decimal) or bytes")
     g.add_argument(
@@ -639,8 +652,8 @@ def _network(args: argparse.Namespace) -> Any:
     from ccplan.instances.importers import Network
 
     return Network(
-        nodes=args.nodes,
-        nics_per_node=args.nics_per_node,
+        nodes=int_value(args.nodes, "--nodes", low=1),
+        nics_per_node=int_value(args.nics_per_node, "--nics-per-node", low=1),
         bandwidth_GBps=args.nic_bw,
         alpha_us=args.nic_alpha,
         fabric=args.fabric,
@@ -804,7 +817,7 @@ def _add_solve(p: argparse.ArgumentParser) -> None:
         help="seconds for the whole command (start-up counts; the engine gets the rest, at least 1/4)",
     )
     g.add_argument("--workers", type=_positive_int, default=2, help="CP-SAT workers (default 2)")
-    g.add_argument("--seed", type=int, default=0, help="random seed")
+    g.add_argument("--seed", type=_seed_int, default=0, help="random seed")
     g.add_argument(
         "--horizon",
         type=_positive_int,
@@ -944,8 +957,8 @@ def _add_import_topology(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("several machines")
     g.add_argument("--nodes", type=int, default=1, help="copies of the machine (default 1)")
     g.add_argument("--nics-per-node", type=int, default=1, help="NICs per machine (default 1)")
-    g.add_argument("--nic-bw", type=float, help="GB/s per NIC (default: file, else class NET)")
-    g.add_argument("--nic-alpha", type=float, help="alpha per NIC hop in us (default: class NET)")
+    g.add_argument("--nic-bw", type=_positive_float, help="GB/s per NIC (default: file, else class NET)")
+    g.add_argument("--nic-alpha", type=_nonneg_float, help="alpha per NIC hop in us (default: class NET)")
     g.add_argument("--fabric", default="switch", choices=FABRICS, help="one switch or one switch per rail")
 
 
@@ -953,7 +966,7 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--topology", required=True, help="built-in name or topology JSON (e.g. from import-topology)"
     )
-    p.add_argument("--chassis", type=int, help="chassis count for ndv2, dgx2, amd")
+    p.add_argument("--chassis", type=_positive_int, help="chassis count for ndv2, dgx2, amd")
     p.add_argument("--topo-arg", action="append", metavar="KEY=VALUE", help="built-in parameter (repeatable)")
     p.add_argument(
         "--collectives", default="allgather,allreduce", help="comma-separated (default allgather,allreduce)"
@@ -963,13 +976,14 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
         "--methods", default="heuristic,milp", help="candidates for the best (default heuristic,milp)"
     )
     p.add_argument("--baselines", default="ring,tree", help="reported beside the best ('' for none)")
-    p.add_argument("--chunks", type=int, default=1, help="chunks per contribution C (default 1)")
-    p.add_argument("--root", type=int, help="root GPU of rooted collectives")
-    p.add_argument("--time-limit", type=float, default=10.0, help="seconds per cell (default 10)")
-    p.add_argument("--workers", type=int, default=1, help="CP-SAT workers per cell (default 1)")
+    # the same argument types as `solve`: the same values are refused with the same line
+    p.add_argument("--chunks", type=_positive_int, default=1, help="chunks per contribution C (default 1)")
+    p.add_argument("--root", type=_nonneg_int, help="root GPU of rooted collectives")
+    p.add_argument("--time-limit", type=_positive_float, default=10.0, help="seconds per cell (default 10)")
+    p.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers per cell (default 1)")
     p.add_argument("--out", required=True, help="output directory (report.md, xml/, schedules/, img/)")
     p.add_argument("--dask", metavar="ADDRESS", help="run the cells on a Dask distributed scheduler")
-    p.add_argument("--processes", type=int, default=1, help="local worker processes (default 1)")
+    p.add_argument("--processes", type=_positive_int, default=1, help="local worker processes (default 1)")
     p.add_argument("--no-plots", action="store_true", help="skip the pictures")
     p.add_argument("--quiet", action="store_true", help="no per-cell progress lines")
 
@@ -1006,7 +1020,8 @@ COMMANDS: dict[str, Command] = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # one line, exit 2, no usage dump
-        self.exit(EXIT_USAGE, f"ccplan: error: {message} (see `{self.prog} --help`)\n")
+        line = one_line(f"ccplan: error: {one_line(message, 200)} (see `{self.prog} --help`)")
+        self.exit(EXIT_USAGE, line + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1112,6 +1127,52 @@ def _watch_signals() -> Callable[[], None]:
     return undo
 
 
+def _bad_input(exc: BaseException) -> str | None:
+    """What an exception says about the input, when its class can only come from a bad input
+    file (a parser's error, a truncated archive, a runaway nesting or number), else None.
+
+    The last-resort guard of :func:`main`: every reader refuses bad input by name with a
+    :class:`~ccplan.errors.ValidationError` first; this keeps one it missed at exit 2.
+    """
+    import json
+    import xml.parsers.expat
+    import zipfile
+    import zlib
+    from xml.etree.ElementTree import ParseError
+
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    text = show(str(exc), 120)
+    if isinstance(exc, RecursionError):
+        return "an input is nested too deeply to read"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"an input file is not UTF-8 text ({text})"
+    syntax = (json.JSONDecodeError, tomllib.TOMLDecodeError, ParseError, xml.parsers.expat.ExpatError)
+    if isinstance(exc, syntax):
+        return f"an input file is not well-formed ({type(exc).__name__}: {text})"
+    if isinstance(exc, (zipfile.BadZipFile, zlib.error, EOFError)):
+        return f"an input file is truncated or corrupt ({type(exc).__name__}: {text})"
+    if isinstance(exc, OverflowError) or (
+        isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+    ):
+        return f"a number in the input is out of range ({type(exc).__name__}: {text})"
+    return None
+
+
+def _safe_streams() -> None:
+    """Let stdout and stderr write any text: under an ASCII locale a topology name with
+    non-ASCII letters is printed with backslash escapes instead of failing the command."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = str(getattr(stream, "encoding", "") or "").lower().replace("-", "").replace("_", "")
+        if reconfigure is not None and encoding not in ("utf8", "utf16", "utf32"):
+            with contextlib.suppress(ValueError, OSError):  # a detached or closed stream
+                reconfigure(errors="backslashreplace")
+
+
 def threading_main() -> bool:
     """Whether this runs in the main thread (only it may install signal handlers)."""
     import threading
@@ -1128,6 +1189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     130 interrupted (one line saying what was saved).
     """
     _clock["start"] = time.perf_counter()
+    _safe_streams()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -1165,7 +1227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a broken pipe shows here, inside the handlers below
         return code
     except CCPlanError as exc:
-        print(f"ccplan: error: {exc}", file=sys.stderr)
+        print(one_line(f"ccplan: error: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         _stopping["handled"] = True
@@ -1180,7 +1242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(args, "_status", EXIT_OK))
     except OSError as exc:  # the file system refused (a full disk, a permission): one line
         where = f"{str(exc.filename)!r}: " if exc.filename else ""
-        print(f"ccplan: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(one_line(f"ccplan: error: {where}{exc.strerror or exc}"), file=sys.stderr)
         return EXIT_USAGE
     except MemoryError:
         print(
@@ -1192,9 +1254,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a bug: one line by default, the traceback with -v
         if args.verbose:
             log.exception("internal error")
+        why = _bad_input(exc)
+        if why is not None:
+            # a reader let through an input it should have refused by name: still bad input
+            print(one_line(f"ccplan: error: {args.command}: {why}"), file=sys.stderr)
+            return EXIT_USAGE
         text = str(exc).splitlines()[0] if str(exc) else ""
         print(
-            f"ccplan: internal error: {type(exc).__name__}: {text[:300]} (rerun with -v for the traceback)",
+            one_line(
+                f"ccplan: internal error: {type(exc).__name__}: {text[:200]} "
+                "(rerun with -v for the traceback)"
+            ),
             file=sys.stderr,
         )
         return EXIT_INTERNAL

@@ -18,6 +18,12 @@ class ValidationError(CCPlanError, ValueError):
     """
 
 
+class ArgumentError(ValidationError, TypeError):
+    """A public function of ccplan was called with an argument of the wrong type (a topology
+    given as a string, ``verify(None)``); the message names the argument, the type wanted and
+    the type given. Also a :class:`TypeError`, for callers that catch that."""
+
+
 class ResourceLimitError(CCPlanError):
     """The work a request implies would not fit the memory budget (:mod:`ccplan.limits`).
 

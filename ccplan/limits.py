@@ -149,10 +149,17 @@ def set_memory_budget(value: int | str | None) -> None:
         _budget = None
     elif isinstance(value, str):
         _budget = parse_budget(value)
-    elif isinstance(value, int) and not isinstance(value, bool) and value >= 10**6:
-        _budget = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        # 1.5e9 is a number of bytes like 1500000000: a float is fine if it is finite
+        if not (math.isfinite(value) and value >= 10**6):
+            raise ValidationError(
+                f"memory budget must be at least 1MB (a finite number of bytes), got {value!r}"
+            )
+        _budget = int(value)
     else:
-        raise ValidationError(f"memory budget must be at least 1MB, got {value!r}")
+        raise ValidationError(
+            f"memory budget must be a number of bytes or text like '8GB', got {type(value).__name__}"
+        )
 
 
 @contextmanager

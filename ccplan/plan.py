@@ -116,33 +116,79 @@ class PlanRequest:
     alpha_threshold: float = 0.1
 
     def __post_init__(self) -> None:
-        from ccplan.instances import make_collective
+        from ccplan.instances import make_collective, make_instance
+        from ccplan.instances.collectives import ROOTED
         from ccplan.instances.instance import parse_size
         from ccplan.methods import get_engine
+        from ccplan.parsing import float_value, int_value, show
 
+        # Everything a cell would refuse is refused here, before any cell runs, with the
+        # checks `ccplan solve` applies to the same values (an error row per cell otherwise).
+        if not isinstance(self.topology, Topology):
+            raise ValidationError(f"plan: topology must be a Topology, got {type(self.topology).__name__}")
         for name in ("collectives", "sizes", "methods", "baselines"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (tuple, list)):
+                # a bare string would be split into its letters
+                raise ValidationError(f"plan: {name} must be a list of strings, got {show(value)}")
+            if any(not isinstance(v, str) or not v for v in value):
+                raise ValidationError(f"plan: {name} must be a list of non-empty strings, got {show(value)}")
+            object.__setattr__(self, name, tuple(value))
         if not self.collectives:
             raise ValidationError("plan: give at least one collective")
         if not self.sizes:
             raise ValidationError("plan: give at least one size")
         if not self.methods:
             raise ValidationError("plan: give at least one method")
-        for size in self.sizes:
-            parse_size(size)
+        int_value(self.chunks, "plan: chunks", low=1)
+        if self.root is not None:
+            int_value(self.root, "plan: root")
+        float_value(self.time_limit, "plan: time_limit", positive=True)
+        int_value(self.workers, "plan: workers", low=1)
+        float_value(self.alpha_threshold, "plan: alpha_threshold", low=0)
+        _no_duplicates("collectives", self.collectives)
+        _no_duplicates("methods", self.methods)
+        _no_duplicates("baselines", self.baselines)
+        _no_duplicates("sizes", [parse_size(size) for size in self.sizes], shown=self.sizes)
         for coll in self.collectives:
-            make_collective(coll, self.topology, chunks=self.chunks, root=self.root)
             if coll not in PLAN_COLLECTIVES:
                 raise ValidationError(
-                    f"plan: collective {coll!r} has no MSCCL mapping "
+                    f"plan: collective {show(coll)} has no MSCCL mapping "
                     f"(choose from {', '.join(PLAN_COLLECTIVES)})"
                 )
+        if self.root is not None and not any(c in ROOTED for c in self.collectives):
+            rooted = ", ".join(sorted(c for c in ROOTED if c in PLAN_COLLECTIVES))
+            raise ValidationError(
+                f"plan: root {self.root}: none of {', '.join(self.collectives)} takes a root "
+                f"(root applies to {rooted})"
+            )
+        for coll in self.collectives:
+            collective = make_collective(coll, self.topology, chunks=self.chunks, root=self.root)
+            for size in self.sizes:
+                try:
+                    make_instance(
+                        self.topology,
+                        collective,
+                        size,
+                        tau_rule=self.tau_rule,
+                        alpha_threshold=self.alpha_threshold,
+                    )
+                except ValidationError as exc:
+                    raise ValidationError(f"plan: {coll} at size {size}: {exc}") from None
         for method in (*self.methods, *self.baselines):
             get_engine(method)
-        if not self.time_limit > 0:
-            raise ValidationError(f"plan: time_limit must be positive, got {self.time_limit!r}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise ValidationError(f"plan: workers must be a positive integer, got {self.workers!r}")
+
+
+def _no_duplicates(name: str, values: Sequence[Any], shown: Sequence[str] | None = None) -> None:
+    """Refuse a value listed twice (its cells would run twice and write the same files)."""
+    seen: dict[Any, int] = {}
+    for i, value in enumerate(values):
+        if value in seen:
+            first = (shown or values)[seen[value]]
+            again = (shown or values)[i]
+            same = "" if first == again else f" (the same as {first!r})"
+            raise ValidationError(f"plan: {name} lists {again!r} twice{same}")
+        seen[value] = i
 
 
 # ============================================================================ one cell

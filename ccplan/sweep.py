@@ -57,11 +57,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ccplan.errors import CCPlanError, ValidationError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 needs the tomli backport
-    import tomli as tomllib
+from ccplan.parsing import MAX_INDEX, float_value, int_value, load_toml_file, show
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +180,8 @@ _DETAILS_MAX_CHARS = 4000
 
 
 def _where_keys(data: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    if not isinstance(data, Mapping):
+        raise ValidationError(f"{where} must be a table, got {show(data)}")
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise ValidationError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
@@ -193,7 +191,10 @@ def _str_list(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         value = [value]
     if not isinstance(value, list) or not value:
-        raise ValidationError(f"{where} must be a non-empty list, got {value!r}")
+        raise ValidationError(f"{where} must be a non-empty list, got {show(value)}")
+    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (str, int, float))]
+    if bad:
+        raise ValidationError(f"{where} entries must be strings or numbers, got {show(bad[0])}")
     return tuple(str(v) for v in value)
 
 
@@ -203,9 +204,11 @@ def _int_list(value: Any, where: str) -> tuple[int, ...]:
     if (
         not isinstance(value, list)
         or not value
-        or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in value)
+        or any(not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_INDEX for v in value)
     ):
-        raise ValidationError(f"{where} must be a non-empty list of positive integers, got {value!r}")
+        raise ValidationError(
+            f"{where} must be a non-empty list of positive integers (at most {MAX_INDEX}), got {show(value)}"
+        )
     return tuple(value)
 
 
@@ -278,8 +281,8 @@ class CollectiveEntry:
         if "kind" not in data or not isinstance(data["kind"], str):
             raise ValidationError(f"{where}: entry {dict(data)!r} needs a string 'kind'")
         root = data.get("root")
-        if root is not None and (not isinstance(root, int) or isinstance(root, bool) or root < 0):
-            raise ValidationError(f"{where}: root must be a non-negative integer, got {root!r}")
+        if root is not None:
+            int_value(root, f"{where}: root")
         return cls(kind=data["kind"], root=root)
 
 
@@ -329,16 +332,17 @@ class MethodSpec:
             raise ValidationError(f"method.label must be a non-empty string without '|', got {self.label!r}")
         if not isinstance(self.method, str) or not self.method:
             raise ValidationError(f"method {self.label!r}: 'method' must name an engine, got {self.method!r}")
-        if self.time_limit is not None and not (
-            isinstance(self.time_limit, (int, float)) and self.time_limit > 0
-        ):
-            raise ValidationError(
-                f"method {self.label!r}: time_limit must be positive, got {self.time_limit!r}"
-            )
-        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
-            raise ValidationError(
-                f"method {self.label!r}: workers must be a positive integer, got {self.workers!r}"
-            )
+        where = f"method {self.label!r}"
+        if self.time_limit is not None:
+            float_value(self.time_limit, f"{where}: time_limit", positive=True)
+        int_value(self.workers, f"{where}: workers", low=1)
+        int_value(self.seed, f"{where}: seed", low=-MAX_INDEX)
+        if self.horizon is not None:
+            int_value(self.horizon, f"{where}: horizon", low=1)
+        if not isinstance(self.warm_start, bool):
+            raise ValidationError(f"{where}: warm_start must be true or false, got {show(self.warm_start)}")
+        if not isinstance(self.extra, Mapping):
+            raise ValidationError(f"{where}: extra must be a table, got {show(self.extra)}")
         if self.tau_rule is not None and self.tau_rule not in ("fastest", "slowest"):
             raise ValidationError(
                 f"method {self.label!r}: tau_rule must be 'fastest' or 'slowest', got {self.tau_rule!r}"
@@ -389,7 +393,7 @@ class MethodSpec:
             method=data["method"],
             time_limit=data.get("time_limit"),
             workers=data.get("workers", 1),
-            warm_start=bool(data.get("warm_start", True)),
+            warm_start=data.get("warm_start", True),
             seed=data.get("seed", 0),
             horizon=data.get("horizon"),
             tau_rule=data.get("tau_rule"),
@@ -454,10 +458,10 @@ class SweepConfig:
     out: str | None = None
 
     def __post_init__(self) -> None:
-        from ccplan.instances.instance import parse_size
+        from ccplan.instances.instance import SWITCH_MODELS, parse_size
 
         if not self.name or not isinstance(self.name, str):
-            raise ValidationError(f"sweep name must be a non-empty string, got {self.name!r}")
+            raise ValidationError(f"sweep name must be a non-empty string, got {show(self.name)}")
         for what in ("topologies", "collectives", "sizes", "chunks", "methods"):
             if not getattr(self, what):
                 raise ValidationError(f"sweep {self.name!r}: '{what}' must not be empty")
@@ -475,10 +479,28 @@ class SweepConfig:
             raise ValidationError(
                 f"sweep {self.name!r}: tau_rule must be 'fastest' or 'slowest', got {self.tau_rule!r}"
             )
-        if self.alpha_cap_ratio is not None and not self.alpha_cap_ratio > 0:
+        where = f"sweep {self.name!r}"
+        float_value(self.alpha_threshold, f"{where}: instance.alpha_threshold", low=0)
+        if self.alpha_cap_ratio is not None:
+            float_value(self.alpha_cap_ratio, f"{where}: instance.alpha_cap_ratio", positive=True)
+        if self.switch_model not in SWITCH_MODELS:
             raise ValidationError(
-                f"sweep {self.name!r}: alpha_cap_ratio must be positive, got {self.alpha_cap_ratio!r}"
+                f"{where}: instance.switch_model must be one of {', '.join(SWITCH_MODELS)}, "
+                f"got {show(self.switch_model)}"
             )
+        if self.switch_model == "cut-through":
+            from ccplan.instances.combining import COMBINING
+
+            combining = [c.kind for c in self.collectives if c.kind in COMBINING]
+            if combining:
+                raise ValidationError(
+                    f"{where}: instance.switch_model 'cut-through' is defined for data-movement "
+                    f"collectives, not {combining[0]!r}"
+                )
+        if not isinstance(self.simulate, bool):
+            raise ValidationError(f"{where}: run.simulate must be true or false, got {show(self.simulate)}")
+        if self.out is not None and (not isinstance(self.out, str) or not self.out):
+            raise ValidationError(f"{where}: run.out must be a file name, got {show(self.out)}")
         if not isinstance(self.processes, int) or isinstance(self.processes, bool) or self.processes < 1:
             raise ValidationError(
                 f"sweep {self.name!r}: processes must be a positive integer, got {self.processes!r}"
@@ -507,24 +529,31 @@ class SweepConfig:
         _where_keys(run, {"processes", "simulate", "imports", "out"}, f"{where}.run")
         topologies = data["topology"] if isinstance(data["topology"], list) else [data["topology"]]
         methods = data["method"] if isinstance(data["method"], list) else [data["method"]]
+        collectives = data.get("collectives") or ["allgather"]
+        if not isinstance(collectives, list):
+            # a bare string would be read letter by letter
+            raise ValidationError(
+                f"{where}.collectives must be a list, e.g. [\"allgather\"], got {show(collectives)}"
+            )
         return cls(
             name=data.get("name", "sweep"),
             topologies=tuple(
                 TopologyEntry.from_dict(t, f"{where}.topology[{i}]") for i, t in enumerate(topologies)
             ),
             collectives=tuple(
-                CollectiveEntry.from_dict(c, f"{where}.collectives")
-                for c in (data.get("collectives") or ["allgather"])
+                CollectiveEntry.from_dict(c, f"{where}.collectives") for c in collectives
             ),
             sizes=_str_list(data.get("sizes", ["1MB"]), f"{where}.sizes"),
             chunks=_int_list(data.get("chunks", [1]), f"{where}.chunks"),
             methods=tuple(MethodSpec.from_dict(m, f"{where}.method[{i}]") for i, m in enumerate(methods)),
             tau_rule=inst.get("tau_rule", "fastest"),
-            alpha_threshold=float(inst.get("alpha_threshold", 0.1)),
+            alpha_threshold=float_value(
+                inst.get("alpha_threshold", 0.1), f"{where}.instance.alpha_threshold", low=0
+            ),
             alpha_cap_ratio=inst.get("alpha_cap_ratio"),
             switch_model=inst.get("switch_model", "store-and-forward"),
             processes=run.get("processes", 2),
-            simulate=bool(run.get("simulate", True)),
+            simulate=run.get("simulate", True),
             imports=tuple(_str_list(run["imports"], f"{where}.run.imports")) if run.get("imports") else (),
             out=run.get("out"),
         )
@@ -539,12 +568,10 @@ class SweepConfig:
             Missing file, TOML syntax error, unknown keys, bad values.
         """
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise ValidationError(f"sweep config {str(p)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ValidationError(f"sweep config {str(p)!r}: {exc}") from None
+        if not p.exists():
+            raise ValidationError(f"sweep config {str(p)!r} does not exist")
+        # UTF-8 (or UTF-16 with a byte order mark), nesting and number length checked
+        data = load_toml_file(p, "sweep config")
         return cls.from_dict(data, where=p.name)
 
     def max_cell_threads(self) -> int:
@@ -1189,20 +1216,29 @@ def _check_methods(config: SweepConfig) -> None:
 def _check_cell_sizes(cells: Sequence[Cell]) -> None:
     """Refuse a grid with a cell whose collective alone exceeds the memory budget
     (:func:`ccplan.limits.estimate_collective`); the finer solve estimate runs in each cell."""
+    from ccplan.instances import make_collective
     from ccplan.instances.builtin import resolve_topology
     from ccplan.limits import estimate_collective
 
-    gpus: dict[str, int] = {}
+    topos: dict[str, Any] = {}
+    checked: set[tuple[str, str]] = set()
     for cell in cells:
         label = cell.topology.label
-        if label not in gpus:
-            topo = resolve_topology(cell.topology.name, **dict(cell.topology.params))
-            gpus[label] = len(topo.gpus)
+        if label not in topos:
+            topos[label] = resolve_topology(cell.topology.name, **dict(cell.topology.params))
+        where = f"sweep cell {label} {cell.collective.label} chunks={cell.chunks}"
         try:
-            estimate_collective(cell.collective.kind, gpus[label], cell.chunks).check()
+            estimate_collective(cell.collective.kind, len(topos[label].gpus), cell.chunks).check()
         except CCPlanError as exc:
-            where = f"sweep cell {label} {cell.collective.label} chunks={cell.chunks}"
             raise type(exc)(f"{where}: {exc}") from None
+        if (label, cell.collective.label) not in checked:
+            # the collective's name and root on this topology (one chunk: cheap), so that a
+            # root beyond the GPUs is refused here and not in an error row per cell
+            checked.add((label, cell.collective.label))
+            try:
+                make_collective(cell.collective.kind, topos[label], chunks=1, root=cell.collective.root)
+            except ValidationError as exc:
+                raise ValidationError(f"sweep: topology {label} {cell.collective.label}: {exc}") from None
 
 
 def resolve_out(config: SweepConfig, out: str | Path | None, config_path: Path | None) -> Path:

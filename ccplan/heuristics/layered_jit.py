@@ -27,8 +27,21 @@ beside this file (``cache=True``) for later processes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from numba import njit
+
+
+def _njit(func: Callable[..., Any]) -> Any:
+    """``njit(cache=True, nogil=True)``, or without the on-disk cache when numba finds no
+    writable place for it (a read-only install and a read-only or missing HOME): the
+    function is then compiled once per process instead of failing the engine."""
+    try:
+        return njit(cache=True, nogil=True)(func)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(nogil=True)(func)
 
 # _SET_BITS[x, :_SET_COUNT[x]]: the positions of the set bits of byte x, ascending
 _SET_COUNT = np.array([bin(x).count("1") for x in range(256)], dtype=np.int64)
@@ -37,13 +50,13 @@ for _x in range(256):
     _SET_BITS[_x, : _SET_COUNT[_x]] = [k for k in range(8) if _x >> k & 1]
 
 
-@njit(cache=True, nogil=True)
+@_njit
 def _chunk_score(holders: int, unsat: int, rank_part: int, max_holders: int, rarity_cap: int) -> int:
     """The chunk part of a weight, as ``layered._State.rescore`` computes it."""
     return min(max(max_holders - holders, 0), rarity_cap) * 10**4 + min(unsat, 99) * 100 + rank_part
 
 
-@njit(cache=True, nogil=True)
+@_njit
 def rows_first_run(
     cand: np.ndarray,
     links: np.ndarray,
@@ -189,7 +202,7 @@ def rows_first_run(
     return -1, n_out
 
 
-@njit(cache=True, nogil=True)
+@_njit
 def assignment_matrix(
     cand: np.ndarray,
     links: np.ndarray,
@@ -242,7 +255,7 @@ def assignment_matrix(
     return mat, cols, row_link
 
 
-@njit(cache=True, nogil=True)
+@_njit
 def commit_run(
     links: np.ndarray,
     chunks: np.ndarray,

@@ -33,6 +33,7 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Collective
 from ccplan.instances.topology import Topology, check_keys
+from ccplan.parsing import int_value, show
 
 _EPS = 1e-9
 
@@ -68,20 +69,25 @@ def parse_size(text: str | int | float) -> float:
         Unparseable text or a size that is not positive.
     """
     if isinstance(text, bool):
-        raise ValidationError(f"size must be a number of bytes or like '1MB', got {text!r}")
+        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
     if isinstance(text, (int, float)):
-        value = float(text)
+        try:
+            value = float(text)
+        except OverflowError:  # an int beyond the float range
+            value = math.inf
+    elif not isinstance(text, str):
+        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _SIZE_UNITS:
             raise ValidationError(
-                f"size {text!r} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
+                f"size {show(text)} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
             )
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
-        raise ValidationError(f"size must be positive, got {text!r}")
+        raise ValidationError(f"size must be positive, got {show(text)}")
     if value < 1:
-        raise ValidationError(f"size must be at least one byte, got {text!r} ({value:g} bytes)")
+        raise ValidationError(f"size must be at least one byte, got {show(text)} ({value:g} bytes)")
     return value
 
 
@@ -92,6 +98,12 @@ def format_size(num_bytes: float) -> str:
         if num_bytes >= factor and abs(num_bytes / factor - round(num_bytes / factor)) < 1e-9:
             return f"{round(num_bytes / factor)}{unit}"
     return f"{num_bytes:g}B"
+
+
+def _triple(value: Any, i: int) -> tuple[Any, ...]:
+    if not isinstance(value, (tuple, list)) or len(value) != 3:
+        raise ValidationError(f"outages[{i}] must be (src, dst, slot), got {show(value)}")
+    return tuple(value)
 
 
 def _ceil(x: float) -> int:
@@ -163,19 +175,28 @@ class Instance:
                 "(raise the size or lower --chunks)"
             )
         if self.tau_rule not in TAU_RULES:
-            raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {self.tau_rule!r}")
+            raise ValidationError(f"tau_rule must be one of {TAU_RULES}, got {show(self.tau_rule)}")
         if self.tau_rule == "explicit":
-            if self.tau_us_explicit is None or not self.tau_us_explicit > 0:
+            tau = self.tau_us_explicit
+            number = isinstance(tau, (int, float)) and not isinstance(tau, bool)
+            if not (number and 0 < float(tau) < math.inf):  # type: ignore[arg-type]
                 raise ValidationError(
-                    f"tau_us must be a positive number with tau_rule 'explicit', got {self.tau_us_explicit!r}"
+                    f"tau_us must be a positive finite number with tau_rule 'explicit', got {show(tau)}"
                 )
         elif self.tau_us_explicit is not None:
             raise ValidationError("tau_us is only allowed with tau_rule 'explicit'")
-        if not (self.alpha_threshold >= 0 and math.isfinite(self.alpha_threshold)):
-            raise ValidationError(f"alpha_threshold must be >= 0, got {self.alpha_threshold!r}")
-        if not isinstance(self.capacity, int) or self.capacity < 1:
-            raise ValidationError(f"capacity must be a positive integer, got {self.capacity!r}")
-        outages = tuple(sorted({(int(a), int(b), int(t)) for a, b, t in self.outages}))
+        at = self.alpha_threshold
+        if isinstance(at, bool) or not isinstance(at, (int, float)) or not 0 <= float(at) < math.inf:
+            raise ValidationError(f"alpha_threshold must be a finite number >= 0, got {show(at)}")
+        int_value(self.capacity, "capacity", low=1)
+        outages = tuple(
+            sorted(
+                {
+                    tuple(int_value(x, f"outages[{i}][{j}]") for j, x in enumerate(_triple(o, i)))
+                    for i, o in enumerate(self.outages)
+                }
+            )
+        )
         for a, b, t in outages:
             if not self.topology.has_link(a, b):
                 raise ValidationError(f"outages: no link {a}->{b} in topology {self.topology.name!r}")
@@ -183,7 +204,9 @@ class Instance:
                 raise ValidationError(f"outages: slot must be >= 0, got {t} on link {a}->{b}")
         object.__setattr__(self, "outages", outages)
         if self.switch_model not in SWITCH_MODELS:
-            raise ValidationError(f"switch_model must be one of {SWITCH_MODELS}, got {self.switch_model!r}")
+            raise ValidationError(
+                f"switch_model must be one of {SWITCH_MODELS}, got {show(self.switch_model)}"
+            )
         if self.switch_model == "cut-through" and self.collective.combining:
             raise ValidationError(
                 f"switch_model 'cut-through' is defined for data-movement collectives, not "
@@ -193,7 +216,7 @@ class Instance:
             cap = self.alpha_cap
             number = isinstance(cap, (int, float)) and not isinstance(cap, bool)
             if not (number and math.isfinite(cap) and cap > 0):
-                raise ValidationError(f"alpha_cap must be a positive number, got {self.alpha_cap!r}")
+                raise ValidationError(f"alpha_cap must be a positive number, got {show(self.alpha_cap)}")
             if self.tau_rule == "explicit":
                 raise ValidationError("alpha_cap applies to tau_rule 'fastest' or 'slowest', not 'explicit'")
             object.__setattr__(self, "alpha_cap", float(self.alpha_cap))

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ccplan.errors import ValidationError
+from ccplan.parsing import int_value, load_json_file, show
 
 NodeKind = Literal["gpu", "switch"]
 NODE_KINDS: tuple[str, ...] = ("gpu", "switch")
@@ -66,10 +67,9 @@ class Node:
     kind: NodeKind = "gpu"
 
     def __post_init__(self) -> None:
-        if not _is_int(self.id) or self.id < 0:
-            raise ValidationError(f"node.id must be a non-negative integer, got {self.id!r}")
+        int_value(self.id, "node.id")
         if self.kind not in NODE_KINDS:
-            raise ValidationError(f"node {self.id}: kind must be one of {NODE_KINDS}, got {self.kind!r}")
+            raise ValidationError(f"node {self.id}: kind must be one of {NODE_KINDS}, got {show(self.kind)}")
 
 
 @dataclass(frozen=True)
@@ -92,20 +92,21 @@ class Link:
     alpha_us: float = 0.0
 
     def __post_init__(self) -> None:
-        where = f"link {self.src}->{self.dst}"
+        where = f"link {show(self.src, 30)}->{show(self.dst, 30)}"
         for name in ("src", "dst"):
             value = getattr(self, name)
-            if not _is_int(value) or value < 0:
-                raise ValidationError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+            if not _is_int(value):
+                raise ValidationError(f"{where}: {name} must be a non-negative integer, got {show(value)}")
+            int_value(value, f"{where}: {name}")
         if self.src == self.dst:
             raise ValidationError(f"{where}: self-loop (src == dst) is not a link")
         if not _is_finite_number(self.bandwidth_GBps) or self.bandwidth_GBps <= 0:
             raise ValidationError(
-                f"{where}: bandwidth_GBps must be a positive finite number, got {self.bandwidth_GBps!r}"
+                f"{where}: bandwidth_GBps must be a positive finite number, got {show(self.bandwidth_GBps)}"
             )
         if not _is_finite_number(self.alpha_us) or self.alpha_us < 0:
             raise ValidationError(
-                f"{where}: alpha_us must be a non-negative finite number, got {self.alpha_us!r}"
+                f"{where}: alpha_us must be a non-negative finite number, got {show(self.alpha_us)}"
             )
 
     @property
@@ -142,7 +143,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValidationError(f"topology.name must be a non-empty string, got {self.name!r}")
+            raise ValidationError(f"topology.name must be a non-empty string, got {show(self.name)}")
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "links", tuple(self.links))
         if not self.nodes:
@@ -365,32 +366,16 @@ def check_keys(data: Mapping[str, Any], allowed: set[str], required: Iterable[st
     """Reject unknown keys and require ``required`` keys in a JSON object named ``where``."""
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise ValidationError(f"{where}: unknown key {unknown[0]!r} (allowed: {sorted(allowed)})")
+        raise ValidationError(f"{where}: unknown key {show(unknown[0])} (allowed: {sorted(allowed)})")
     for key in required:
         if key not in data:
             raise ValidationError(f"{where}: missing field {key!r}")
 
 
 def load_json(path: str | Path, what: str) -> Any:
-    """Read a JSON file, turning I/O and syntax problems into :class:`ValidationError`."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValidationError(f"{what} file {str(p)!r}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        # A binary file (e.g. a compressed one) is not JSON; say so rather than crash.
-        raise ValidationError(
-            f"{what} file {str(p)!r}: invalid JSON (not UTF-8 text, byte {exc.start})"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError(
-            f"{what} file {str(p)!r}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    except RecursionError:
-        raise ValidationError(f"{what} file {str(p)!r}: invalid JSON (nested too deeply)") from None
+    """Read a JSON file, turning I/O, encoding, syntax and nesting problems into
+    :class:`ValidationError` (:func:`ccplan.parsing.load_json_file`)."""
+    return load_json_file(path, what)
 
 
 def make_topology(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from ccplan.errors import ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.parsing import MAX_INDEX, loads_json, shorten, show
 from ccplan.schedule.core import Schedule
 
 COLUMNAR_FORMAT = "ccplan-schedule-columnar/1"
@@ -77,14 +79,51 @@ def save_columnar(path: str | Path, instance: Instance, schedule: Schedule) -> N
 def _column(data: Any, name: str, where: str) -> np.ndarray:
     if name not in data.files:
         raise ValidationError(f"{where}: column {name!r} is missing")
-    return np.asarray(data[name])
+    try:
+        return np.asarray(data[name])
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+        # an object array (refused without pickle), a truncated or corrupt member
+        raise ValidationError(f"{where}: column {name!r} is unreadable ({shorten(str(exc))})") from None
+
+
+def check_columns(cols: dict[str, np.ndarray], where: str) -> None:
+    """Refuse columns of the wrong shape or kind before anything measures or indexes them:
+    every column one-dimensional (a 0-d or 2-d array is no column), the send columns of an
+    integer type, ``reduce`` boolean, all of one length.
+
+    Raises
+    ------
+    ValidationError
+        Naming the file and the first bad column.
+    """
+    for name, col in cols.items():
+        if col.ndim != 1:
+            raise ValidationError(
+                f"{where}: column {name!r} must be one-dimensional, got shape {tuple(col.shape)}"
+            )
+        wanted = np.bool_ if name == "reduce" else np.integer
+        if not np.issubdtype(col.dtype, wanted):
+            kind = "booleans" if name == "reduce" else "integers"
+            raise ValidationError(f"{where}: column {name!r} must hold {kind}, got {col.dtype}")
+        if name != "reduce" and len(col) and col.max() > MAX_INDEX:
+            i = int(np.argmax(col > MAX_INDEX))
+            raise ValidationError(
+                f"{where}: {name}[{i}] must be at most {MAX_INDEX}, got {show(int(col[i]))}"
+            )
+    lengths = {name: len(col) for name, col in cols.items()}
+    if len(set(lengths.values())) > 1:
+        n = lengths.get("slot", 0)
+        name = next(k for k, v in lengths.items() if v != n)
+        raise ValidationError(f"{where}: column {name!r} must be one-dimensional with {n} entries")
 
 
 def _header_instance(data: Any, where: str) -> tuple[Instance, str]:
-    try:
-        header = json.loads(str(_column(data, "header", where)))
-    except json.JSONDecodeError as exc:
-        raise ValidationError(f"{where}: header is not JSON ({exc.msg})") from None
+    raw = _column(data, "header", where)
+    if raw.ndim != 0 or raw.dtype.kind != "U":
+        raise ValidationError(
+            f"{where}: header must be a 0-d unicode array, got {raw.dtype} of shape {tuple(raw.shape)}"
+        )
+    header = loads_json(str(raw), f"{where}: header")
     if not isinstance(header, dict) or header.get("format") != COLUMNAR_FORMAT:
         got = header.get("format") if isinstance(header, dict) else header
         raise ValidationError(f"{where}: header.format must be {COLUMNAR_FORMAT!r}, got {got!r}")
@@ -99,8 +138,8 @@ def _header_instance(data: Any, where: str) -> tuple[Instance, str]:
 def _open(path: str | Path, where: str) -> Any:
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise ValidationError(f"{where}: not a readable .npz archive ({exc})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise ValidationError(f"{where}: not a readable .npz archive ({shorten(str(exc))})") from None
 
 
 def load_columnar_instance(path: str | Path) -> Instance:
@@ -132,6 +171,7 @@ def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
     with _open(path, where) as data:
         instance, method = _header_instance(data, where)
         cols = {name: _column(data, name, where) for name in (*COLUMNS, "reduce")}
+    check_columns(cols, where)
     n = len(cols["slot"])
     for name, col in cols.items():
         if col.ndim != 1 or len(col) != n:

@@ -20,15 +20,18 @@ from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import check_keys, load_json
+from ccplan.parsing import MAX_INDEX, int_value, show
 
 SCHEDULE_FORMAT = "ccplan-schedule/1"
 _BLOCK = 1 << 16  # rows listed at a time by Schedule.from_columns
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _nonneg_int(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValidationError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
+    return int_value(value, what)  # at most MAX_INDEX, as every reader of ids and slots
 
 
 @dataclass(frozen=True, order=True)
@@ -53,9 +56,11 @@ class Send:
         if (
             not isinstance(self.chunk, tuple)
             or len(self.chunk) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in self.chunk)
+            or not all(_is_int(x) and abs(x) <= MAX_INDEX for x in self.chunk)
         ):
-            raise ValidationError(f"send.chunk must be a pair of integers, got {self.chunk!r}")
+            raise ValidationError(
+                f"send.chunk must be a pair of integers of at most {MAX_INDEX}, got {show(self.chunk)}"
+            )
         _nonneg_int(self.src, "send.src")
         _nonneg_int(self.dst, "send.dst")
 
@@ -74,7 +79,7 @@ class Send:
         check_keys(data, {"chunk", "src", "dst", "slot", "reduce"}, {"chunk", "src", "dst", "slot"}, where)
         chunk = data["chunk"]
         if not isinstance(chunk, list) or len(chunk) != 2:
-            raise ValidationError(f"{where}.chunk must be [source, index], got {chunk!r}")
+            raise ValidationError(f"{where}.chunk must be [source, index], got {show(chunk)}")
         try:
             return cls(
                 slot=data["slot"],

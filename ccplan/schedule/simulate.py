@@ -223,7 +223,9 @@ def simulate(instance: Instance, schedule: Schedule, reduce_cost_us_per_byte: fl
             raise ValidationError(f"chunk {list(chunk)} never reaches node {node}")
         completion = max(completion, at)
         usable = [u for u, _ in receives.get((chunk, node), ())]
-        if usable and node not in holders[chunk]:
+        # A combining target holds its own contribution from slot 0 but the reduction only
+        # from its last receive; a data-movement holder of slot 0 needs no receive.
+        if usable and (combining or node not in holders[chunk]):
             slotted = max(slotted, max(usable) if combining else min(usable))
     log.debug("simulated %d sends of %s: completion %.6g us", len(sends), instance.describe(), completion)
     return SimResult(
