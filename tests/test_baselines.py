@@ -10,8 +10,16 @@ import pytest
 from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
 from ccplan.heuristics import baselines as bl
-from ccplan.instances.builtin import resolve_topology
-from ccplan.instances.builtin import dgx1, fully_connected, line, ndv2, ring, star_switch, torus2d
+from ccplan.instances.builtin import (
+    dgx1,
+    fully_connected,
+    line,
+    ndv2,
+    resolve_topology,
+    ring,
+    star_switch,
+    torus2d,
+)
 from ccplan.instances.collectives import allgather, alltoall, broadcast, make_collective
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
 from ccplan.instances.instance import make_instance

@@ -327,7 +327,9 @@ _DATA = Path(__file__).parent / "data"
 
 
 @pytest.mark.parametrize("name", ["two_rings_9_switch", "two_rings_9_switch_oneway"])
-def test_block_ending_in_a_switch_keeps_each_links_own_pairs(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_block_ending_in_a_switch_keeps_each_links_own_pairs(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two rings of 9 GPUs at 200 GB/s (both ways, or one way), every GPU linked to one
     switch at 16 GB/s (id 18, the last node): the switch is a receiver of the general code,
     the last of every layer's only block, so the block's links end with links without fast
