@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
 from ccplan.heuristics import baselines as bl
-from ccplan.instances.builtin import dgx1, fully_connected, line, ndv2, ring, star_switch, torus2d
+from ccplan.instances.builtin import (
+    dgx1,
+    fully_connected,
+    line,
+    ndv2,
+    resolve_topology,
+    ring,
+    star_switch,
+    torus2d,
+)
 from ccplan.instances.collectives import allgather, alltoall, broadcast, make_collective
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
 from ccplan.instances.instance import make_instance
@@ -216,3 +226,18 @@ def test_pairwise_alltoall_and_broadcast_baselines():
     assert res.makespan_slots >= res.lower_bound_slots
     res = solve(make_instance(topo, broadcast(topo, 3, root=1), "1MB"), "tree")
     assert res.verified
+
+
+def test_recursive_doubling_copy_does_not_pass_a_switch_holding_a_partial_sum() -> None:
+    """A full mesh of GPUs 0-4 (100 GB/s), GPUs 5-8 on switch 9 (50 GB/s), every GPU on NIC
+    switch 10 (16 GB/s), AllReduce C = 3: 9 GPUs, so rank 8 folds into rank 0 and gets the
+    result back by a copy 0 -> 10 -> 8, while exchanges between the chassis (2 <-> 6 at mask 4)
+    still pass their partial sums through switch 10. The copy used to land at switch 10 while
+    2's partial sum rested there, so it overwrote it: 6 ended without the contributions of
+    0, 1, 2, 3 and 8. A switch keeps one buffer per chunk: the copy must wait, and the
+    combining verifier (an independent replay of the sums) accepts the schedule."""
+    topo = resolve_topology(Path(__file__).parent / "data" / "mesh5_switch4_nic.json")
+    inst = make_instance(topo, allreduce(topo, 3), "1MB")
+    res = solve(inst, "recursive-doubling", SolveOptions(extra={"flow_bound": False}))
+    assert res.verified, res.report.violations[:1] if res.report else None
+    assert res.makespan_slots is not None and res.makespan_slots >= lower_bound_slots(inst)

@@ -10,10 +10,13 @@ here on random tie-heavy matrices.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.optimize import linear_sum_assignment
 
+from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
 from ccplan.heuristics import layered
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
@@ -318,3 +321,30 @@ def test_from_columns_rejects_bad_columns(column: str, value: float, message: st
     cols[column] = np.arange(2)
     with pytest.raises(ValidationError, match="must be one-dimensional with"):
         Schedule.from_columns(**cols)
+
+
+_DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["two_rings_9_switch", "two_rings_9_switch_oneway"])
+def test_block_ending_in_a_switch_keeps_each_links_own_pairs(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two rings of 9 GPUs at 200 GB/s (both ways, or one way), every GPU linked to one
+    switch at 16 GB/s (id 18, the last node): the switch is a receiver of the general code,
+    the last of every layer's only block, so the block's links end with links without fast
+    pairs. Each link's largest start weight was taken with the starts of those links
+    clipped to the last pair, which cut that pair off the last GPU's link before them; a pair
+    of it above the floor then sorted into another link's kept pairs and was sent on that
+    link: a duplicate receive (both ways), or, after such a send, candidate counts that no
+    longer matched the pairs and an IndexError (one way). The fast path must commit what the
+    per-receiver reference commits, the verifier must accept it and its makespan is at least
+    the lower bound."""
+    topo = bt.resolve_topology(_DATA / f"{name}.json")
+    inst = make_instance(topo, make_collective("allgather", topo, 8), "1MB")
+    fast = layered_schedule(inst)
+    report = verify(inst, fast)
+    assert report.ok, report.violations[:3]
+    assert report.makespan_slots is not None and report.makespan_slots >= lower_bound_slots(inst)
+    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    assert fast.sends == layered_schedule(inst).sends

@@ -97,6 +97,39 @@ def test_in_flight_sends_keep_their_arrival_and_their_link() -> None:
     assert report.ok and score(inst, merged) <= score(inst, warm)
 
 
+def _overtaken() -> tuple[Instance, Schedule]:
+    """GPUs 0..3, Broadcast of one chunk from 0, alpha 0, directed links 0 -> 1 at 10 GB/s
+    (l = L = 5) and 0 -> 2, 2 -> 1, 1 -> 3 at 50 GB/s (L = 1). The incumbent sends 0 -> 1 and
+    0 -> 2 in slot 0 and 1 -> 3 in slot 5 (1 holds the chunk from 0 + 5): makespan 6."""
+    topo = make_topology(
+        "overtaken", gpus=[0, 1, 2, 3],
+        directed_links=[(0, 1, 10.0, 0.0), (0, 2, 50.0, 0.0), (2, 1, 50.0, 0.0), (1, 3, 50.0, 0.0)],
+    )
+    inst = make_instance(topo, make_collective("broadcast", topo, chunks=1, root=0), "1MB")
+    return inst, Schedule.of([Send(0, (0, 0), 0, 1), Send(0, (0, 0), 0, 2), Send(5, (0, 0), 1, 3)])
+
+
+def test_a_receiver_in_flight_forwards_from_its_arrival_even_when_another_way_is_faster() -> None:
+    """A node whose chunk is in flight at the window's first slot cannot forward it before
+    the arrival, even if another holder could have got it there sooner.
+
+    Hand derivation (:func:`_overtaken`): at slot 1 the send 0 -> 1 is in flight (ready at 5)
+    and 2 holds the chunk (from 1). Node 1 already receives the chunk, so the way 2 -> 1
+    (at 1 from 2) is closed to it: its sends start at 5, and 3 gets the chunk at 6 at the
+    earliest (the only link into 3 is 1 -> 3). So the window's optimum keeps makespan 6 and
+    the merged schedule verifies. The window model once took node 1's first slot from the
+    shortest path (2, via 2), so CP-SAT sent 1 -> 3 in slot 2: makespan 3, and the merge
+    failed verification (causality) -- the error AMD 2 chassis logged from LNS."""
+    inst, incumbent = _overtaken()
+    assert verify(inst, incumbent).makespan_slots == 6
+    start = start_state(inst, incumbent, 1)
+    assert start.ready[((0, 0), 1)] == 5
+    merged, _ = _window_round(inst, incumbent, 1)
+    report = verify(inst, merged)
+    assert report.ok, report.violations[:1]
+    assert report.makespan_slots == 6
+
+
 def test_window_model_at_slot_0_is_the_whole_model() -> None:
     """A window from slot 0 frees everything: the same variables as the whole model and the
     estimate counts them exactly."""

@@ -309,6 +309,8 @@ class Placer:
         if path is None:
             raise ValidationError(f"topology {self.topo.name!r} has no path {u}->{v}")
         t = max(ready, self.hold[(chunk, u)])
+        if self.instance.collective.combining:
+            return self._copy_past_partials(chunk, path, t)
         for a, b in pairwise(path):
             if (chunk, b) in self.hold:
                 t = max(t, self.hold[(chunk, b)])
@@ -318,6 +320,34 @@ class Placer:
             self.hold[(chunk, b)] = arrival
             t = arrival
         return t
+
+    def _copy_past_partials(self, chunk: Chunk, path: Sequence[int], t: int) -> int:
+        """:meth:`copy` of a combining collective's finished ``chunk``. A switch keeps one
+        buffer per chunk, so the copy must not pass a switch while a partial sum of the chunk
+        rests there (the copy would overwrite it and the partial sum's contributions would be
+        lost), nor may a partial sum come while the copy rests there: the copy waits like
+        :meth:`reduce_to` and its intervals at switches join :attr:`busy`. A switch is never
+        taken as a holder of the finished chunk (a partial sum may pass it later); a GPU on
+        the path that holds it sends it on."""
+        kind = self.topo.kind
+        k = max(i for i, a in enumerate(path[:-1]) if kind[a] != "switch" and (chunk, a) in self.hold)
+        path = path[k:]
+        t0 = max(t, self.hold[(chunk, path[0])])
+        while True:
+            plan = self._plan(path, t0)
+            intervals = self._intervals(chunk, path, plan)
+            wait = self._switch_clash(chunk, intervals)
+            if wait == 0:
+                break
+            t0 = plan[0][1] + wait
+        for sw, arrive, leave in intervals:
+            self.busy[(chunk, sw)].append((arrive, leave))
+        arrival = t0
+        for (link, s), b in zip(plan, path[1:], strict=True):
+            arrival = self._book(link, s, chunk, "full")
+            if kind[b] != "switch":
+                self.hold[(chunk, b)] = arrival
+        return arrival
 
     def _partial_path(self, chunk: Chunk, u: int, v: int, sink: int | None, exchange: bool) -> list[int]:
         kind = self.topo.kind

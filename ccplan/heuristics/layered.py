@@ -967,10 +967,14 @@ class _FastPath:
         # runs past the pairs kept, the receiver's weights are computed in full
         near_w, keep_n = _NEAR, _KEEP  # read at the call: the tests set smaller lists
         w0 = fixed + chunk_score[pc]
+        floor = np.zeros(len(cl), dtype=np.int64)
         if n_pairs:
-            floor = np.maximum.reduceat(w0, np.minimum(starts_arr[:-1], n_pairs - 1)) - near_w
-        else:
-            floor = np.zeros(len(cl), dtype=np.int64)
+            # the maximum over the links with pairs only: their starts rise strictly, so
+            # reduceat takes each link's whole run. Clipping the starts of empty links (a
+            # block ending in a switch) cut the last pair off the run before them, and a pair
+            # above its link's floor + near_w sorted into another link's kept pairs below
+            has = pcount > 0
+            floor[has] = np.maximum.reduceat(w0, starts_arr[:-1][has]) - near_w
         near = np.flatnonzero(w0 >= floor[pl])
         # pairs come by link and chunk ascending: a stable sort by (link, weight descending)
         # puts the lowest chunk first on a tie (floor <= w0 <= floor + near_w within a link)

@@ -32,7 +32,8 @@ def _earliest_from(
     instance: Instance, sources: Iterable[int] | Mapping[int, int], horizon: int
 ) -> dict[int, int]:
     """Earliest slot each node can hold a chunk held at slot 0 by ``sources`` (or, given a
-    mapping ``node -> slot``, from which each source may forward it).
+    mapping ``node -> slot``, from which each source may forward it; a source's slot is the
+    one given, as a node that holds or receives the chunk is not sent it again).
 
     Dijkstra with link weight ``L``; a link whose occupancy window ``t .. t+l-1`` meets a slot
     with ``omega = 0`` cannot start in ``t``, so the search waits for the next free start (the
@@ -46,6 +47,9 @@ def _earliest_from(
         heap = sorted((int(t), int(v)) for v, t in sources.items())
     else:
         heap = [(0, v) for v in sorted(set(sources))]
+    # a source holds the chunk (or receives it in flight) and is never sent it again: its slot
+    # is its own, even where another source could reach it sooner
+    own = {v for _, v in heap}
     heapq.heapify(heap)
     while heap:
         a, u = heapq.heappop(heap)
@@ -54,7 +58,7 @@ def _earliest_from(
         dist[u] = a
         for e in topo.out_links[u]:
             w = topo.links[e].dst
-            if w in dist:
+            if w in dist or w in own:
                 continue
             t = a
             while t + int(lat[e]) <= horizon and any(
