@@ -269,11 +269,14 @@ class _ProgressNotes(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-def _show_progress_notes(quiet: bool) -> None:
+def _show_progress_notes(quiet: bool) -> Callable[[], None]:
     """Attach one :class:`_ProgressNotes` per logger (``main`` may run several times in one
-    process), detached again under ``--quiet``."""
+    process), detached again under ``--quiet``; returns what puts the loggers back as they
+    were (an in-process caller's own log capture keeps working after the call)."""
+    saved = []
     for name in PROGRESS_LOGGERS:
         logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate, logger.level))
         for old in [h for h in logger.handlers if isinstance(h, _ProgressNotes)]:
             logger.removeHandler(old)
         if quiet:
@@ -283,6 +286,14 @@ def _show_progress_notes(quiet: bool) -> None:
             logger.setLevel(logging.INFO)
         logger.addHandler(_ProgressNotes())
         logger.propagate = False  # once on stderr, not again through the root's handler
+
+    def restore() -> None:
+        for logger, propagate, level in saved:
+            for old in [h for h in logger.handlers if isinstance(h, _ProgressNotes)]:
+                logger.removeHandler(old)
+            logger.propagate, logger.level = propagate, level
+
+    return restore
 
 
 def _progress_printer(quiet: bool) -> Callable[[float, float | None, float | None], None]:
@@ -363,7 +374,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     instance = _instance(args, 1 if args.chunks == "auto" else None)
     get_engine(args.method)  # an unknown method fails before any work starts
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
-    _show_progress_notes(args.quiet)
+    restore_notes = _show_progress_notes(args.quiet)
     if args.solver:
         extra["solver"] = args.solver
     if args.strategy:
@@ -408,6 +419,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         written = outputs.commit()
     finally:
         outputs.discard()
+        restore_notes()
     if args.json:
         print(json.dumps(data, indent=1))
     else:
