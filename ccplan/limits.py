@@ -264,6 +264,11 @@ def _horizon_from(instance: Instance, need: np.ndarray) -> int:
     return best
 
 
+def count_deliveries(instance: Instance) -> int:
+    """The (chunk, node) deliveries of ``instance``: wanted at the end and not held at slot 0."""
+    return int(_deliveries_per_node(instance).sum())
+
+
 def _deliveries_per_node(instance: Instance) -> np.ndarray:
     """Per node id (an array up to the largest id): the chunks it must receive, counted from
     the pre- and postcondition tables without the collective's tuple of ``(chunk, node)``
