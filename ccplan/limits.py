@@ -425,6 +425,33 @@ NEVER = Deadline()
 # --------------------------------------------------------------------------- stopping on Ctrl-C
 _stop_callbacks: list[Callable[[], None]] = []
 
+_incumbent: dict[str, object] = {}
+
+
+def note_incumbent(instance: Instance, schedule: Schedule, source: str) -> None:
+    """Record ``schedule`` as the best *verified* schedule of ``instance`` found so far.
+
+    An engine whose search may sit in native code for long (``milp``: CP-SAT, HiGHS) calls
+    this with every new verified incumbent, so that the CLI can still write it when Ctrl-C
+    or SIGTERM arrives while the main thread cannot return in time (it then writes the
+    schedule from its watcher thread; see ``ccplan.cli``).
+    """
+    _incumbent.clear()
+    _incumbent.update(instance=instance, schedule=schedule, source=source)
+
+
+def best_incumbent() -> tuple[Instance, Schedule, str] | None:
+    """The last schedule given to :func:`note_incumbent`: ``(instance, schedule, source)``."""
+    found = dict(_incumbent)  # one copy: the engine may note a new one meanwhile
+    if not found:
+        return None
+    return found["instance"], found["schedule"], str(found["source"])  # type: ignore[return-value]
+
+
+def clear_incumbent() -> None:
+    """Forget the noted incumbent (a command starts afresh)."""
+    _incumbent.clear()
+
 
 def on_stop(callback: Callable[[], None]) -> Callable[[], None]:
     """Register ``callback`` to run when the user asks to stop (Ctrl-C, SIGTERM).
