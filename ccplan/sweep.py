@@ -1143,15 +1143,71 @@ def _local_results(
                 f.cancel()
 
 
+DASK_CONNECT_TIMEOUT = 30.0
+"""Seconds ``--dask ADDRESS`` waits for the scheduler to answer (environment variable
+:data:`DASK_TIMEOUT_ENV` overrides it); then the command ends with one line and exit 2."""
+
+DASK_TIMEOUT_ENV = "CCPLAN_DASK_TIMEOUT"
+
+
+def dask_connect_timeout() -> float:
+    """The connect timeout in force (:data:`DASK_CONNECT_TIMEOUT` or :data:`DASK_TIMEOUT_ENV`)."""
+    raw = os.environ.get(DASK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DASK_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValidationError(f"{DASK_TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _dask_client(address: str) -> Any:
+    """A connected ``distributed.Client``, or :class:`CCPlanError` after the connect timeout.
+
+    ``Client(address, timeout=...)`` does not end when the address accepts TCP and never
+    answers (a wrong port, a service that is not a scheduler): it waits forever. So the
+    connection is made in a helper thread, and the caller waits for it only so long (a late
+    connection in the abandoned daemon thread ends with the process).
+    """
+    import threading
+
+    from distributed import Client
+
+    timeout = dask_connect_timeout()
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = Client(address, timeout=timeout)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    helper = threading.Thread(target=connect, name="ccplan-dask-connect", daemon=True)
+    helper.start()
+    helper.join(timeout + 1.0)
+    if "client" in box:
+        return box["client"]
+    if "error" in box:
+        exc = box["error"]
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise CCPlanError(f"--dask {address}: cannot connect to the scheduler ({type(exc).__name__}: {text})")
+    raise CCPlanError(
+        f"--dask {address}: the scheduler did not answer within {timeout:g} s "
+        f"(is it a Dask scheduler? {DASK_TIMEOUT_ENV} sets a longer wait)"
+    )
+
+
 def _dask_results(
     payloads: list[dict[str, Any]], address: str, cell: CellFunction = run_cell
 ) -> Iterator[dict[str, Any]]:
     try:
-        from distributed import Client
         from distributed import as_completed as dask_as_completed
     except ImportError:
         raise CCPlanError("--dask needs the 'distributed' package: pip install 'ccplan[dask]'") from None
-    client = Client(address)
+    client = _dask_client(address)
     try:
         futures = [
             client.submit(
