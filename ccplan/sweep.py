@@ -37,6 +37,7 @@ Configs are TOML (:meth:`SweepConfig.from_toml`); see ``sweeps/smoke.toml`` for 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import hashlib
@@ -894,9 +895,61 @@ class ResultTable:
         self.path = Path(path)
         self.columns = tuple(columns)
         self._fh: TextIO | None = None
+        self._lock_fd: int | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file beside the table (``<table>.lock``), present while a sweep writes it."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    def _lock(self) -> None:
+        """Take the table for this process, or refuse: two sweeps on one table would both
+        compute and write every cell the other has not finished.
+
+        An exclusive POSIX lock (``lockf``) on ``<table>.lock``: released by the kernel when
+        the process ends, however it ends, and not inherited by the worker processes (a
+        ``flock`` would be, and a killed sweep's dying workers would hold it). The file holds
+        the owner's pid for the message and is removed on :meth:`close`. A lock file removed by its owner between our open and our lock is
+        detected (another inode at the path) and opened again.
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no locking
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise ValidationError(
+                    f"results table {str(self.path)!r} is being written by another sweep (pid {owner}); "
+                    "wait for it to finish (then rerun to resume) or write to another file (--out)"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
 
     def open(self) -> set[str]:
-        """Open for appending (repairing a torn last line); return the keys already present."""
+        """Lock the table (:meth:`_lock`), open it for appending (repairing a torn last
+        line) and return the keys already present."""
+        self._lock()
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> set[str]:
         keys: set[str] = set()
         if self.path.exists() and self.path.stat().st_size > 0:
             raw = self.path.read_bytes()
@@ -973,6 +1026,12 @@ class ResultTable:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._lock_fd is not None:
+            # removed while still locked, so a sweep that opened it meanwhile sees the change
+            with contextlib.suppress(OSError):
+                self.lock_path.unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _parse_value(column: str, text: str) -> Any:
