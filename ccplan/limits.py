@@ -328,6 +328,13 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     return Estimate("solve", float(total), f"{instance.topology.name} {instance.collective.kind}: {driver}")
 
 
+def estimate_columnar_load(sends: int, where: str) -> Estimate:
+    """Memory of loading a columnar schedule file (and of the column verifier after it) that
+    declares ``sends`` sends (:data:`BYTES_PER_SEND_COLUMNS` each), known from the arrays'
+    headers before anything is decompressed."""
+    return Estimate("load", float(sends) * BYTES_PER_SEND_COLUMNS, f"{where} declaring {sends} sends")
+
+
 def estimate_verify(instance: Instance, schedule: Schedule, what: str = "verify") -> Estimate:
     """Memory of :func:`ccplan.schedule.verify` on ``schedule``: the column verifier's
     (:data:`BYTES_PER_SEND_COLUMNS`) for a schedule kept as columns that it can accept, else
