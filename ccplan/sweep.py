@@ -909,8 +909,9 @@ class ResultTable:
         An exclusive POSIX lock (``lockf``) on ``<table>.lock``: released by the kernel when
         the process ends, however it ends, and not inherited by the worker processes (a
         ``flock`` would be, and a killed sweep's dying workers would hold it). The file holds
-        the owner's pid for the message and is removed on :meth:`close`. A lock file removed by its owner between our open and our lock is
-        detected (another inode at the path) and opened again.
+        the owner's pid for the message and is removed on :meth:`close`. A lock file removed
+        by its owner between our open and our lock is detected (another inode at the path)
+        and opened again.
         """
         try:
             import fcntl

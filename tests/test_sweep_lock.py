@@ -47,7 +47,8 @@ def _start(tmp_path: Path, table: Path, mark: Path, sleep: str) -> subprocess.Po
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),
            "CCPLAN_TEST_MARK": str(mark), "CCPLAN_TEST_SLEEP": sleep}
     return subprocess.Popen(
-        [sys.executable, "-m", "ccplan", "sweep", str(tmp_path / "locked.toml"), "--out", str(table), "--quiet"],
+        [sys.executable, "-m", "ccplan", "sweep", str(tmp_path / "locked.toml"), "--out", str(table),
+         "--quiet"],
         cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
 
@@ -70,7 +71,7 @@ def test_second_sweep_on_the_same_table_refuses_and_no_cell_runs_twice(tmp_path:
             time.sleep(0.05)
         second = _start(tmp_path, table, mark_b, "0")
         _out, err_b = second.communicate(timeout=60)
-        out_a, err_a = first.communicate(timeout=90)
+        _out_a, err_a = first.communicate(timeout=90)
     finally:
         for proc in (first,):
             if proc.poll() is None:

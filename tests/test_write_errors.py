@@ -63,5 +63,5 @@ def test_solve_outputs_on_a_full_disk_leave_no_temporary_file(
     ])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert [ln for ln in err.splitlines() if ln.strip()][0].endswith("No space left on device")
+    assert next(ln for ln in err.splitlines() if ln.strip()).endswith("No space left on device")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
