@@ -208,6 +208,42 @@ def estimate_topology(name: str, num_nodes: int, num_links: int) -> Estimate:
     return Estimate("topology", float(total), f"topology {name} with {num_nodes} nodes and {num_links} links")
 
 
+BYTES_PER_IMPORTED_LINK = 1600
+"""One link of a topology built by ``import-topology`` and written as JSON: 1.51 GB peak for
+DGX-1 x 20,000 machines (1 million links, 180,000 nodes), rounded up."""
+
+BYTES_PER_IMPORT_TEXT_BYTE = 10
+"""Parsing a tool's output, per byte of the file (the text, its lines and the matrix rows):
+a 40 MB ``rocm-smi`` matrix of 2,000 GPUs peaks at under 400 MB with the interpreter."""
+
+
+def estimate_import_text(name: str, num_bytes: int) -> Estimate:
+    """Memory of parsing an ``import-topology`` input of ``num_bytes`` (before reading it)."""
+    return Estimate(
+        "import-topology",
+        float(num_bytes) * BYTES_PER_IMPORT_TEXT_BYTE,
+        f"{name} of {num_bytes / 1e6:.3g} MB",
+    )
+
+
+def estimate_joined_machines(
+    machine: Topology, copies: int, nics_per_node: int, flag: str = "--nodes"
+) -> Estimate:
+    """Memory of ``copies`` copies of ``machine`` joined by a network (``import-topology
+    --nodes``), from counts known before any copy is made: per copy its nodes and links, at
+    most one NIC node and two duplex NIC links per GPU and NIC, and the fabric switches."""
+    gpus = len(machine.gpus)
+    per_nodes = machine.num_nodes + nics_per_node
+    per_links = machine.num_links + 4 * (gpus + nics_per_node)
+    nodes = copies * per_nodes + nics_per_node
+    links = copies * per_links
+    return Estimate(
+        "import-topology",
+        float(nodes) * BYTES_PER_NODE + float(links) * BYTES_PER_IMPORTED_LINK,
+        f"{flag} {copies} copies of {machine.name} ({nodes:.3g} nodes, {links:.3g} links)",
+    )
+
+
 def estimate_collective(kind: str, num_gpus: int, chunks: int) -> Estimate:
     """Memory of a collective's pre/postcondition tables, before they are built."""
     entries = TABLE_ENTRIES.get(kind, _worst_entries)(num_gpus, chunks)

@@ -68,3 +68,56 @@ def test_a_small_crafted_file_within_the_budget_still_loads(tmp_path: Path) -> N
     _zeros_npz(path, 1000)
     _inst, sched = load_schedule(path, check_budget=False)
     assert len(sched) == 1000
+
+
+DGX1 = Path(__file__).resolve().parent / "data" / "import" / "nvsmi_dgx1_v100.txt"
+
+
+def test_import_topology_refuses_too_many_copies_before_building(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--nodes 100000`` DGX-1 copies: 900,000 nodes and about 5 million links (6.8 million
+    by the estimate's upper bound per copy) at 1,600 bytes per imported link are far over 4 GB;
+    refused from the counts in well under the minutes the build took, with one line."""
+    out = tmp_path / "t.json"
+    tracemalloc.start()
+    try:
+        code = cli.main(["import-topology", str(DGX1), "--nodes", "100000", "--out", str(out)])
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ccplan: error: import-topology refused: --nodes 100000")
+    assert peak < 50_000_000
+    assert not out.exists()
+
+
+def test_import_topology_within_the_budget_still_builds(tmp_path: Path) -> None:
+    """200 copies: 1,800 nodes, 10,000 links (8 GPUs x 4 + ... per copy, counted by the
+    built topology itself) -- well inside the default budget."""
+    from ccplan.instances.topology import Topology
+
+    out = tmp_path / "t.json"
+    assert cli.main(["import-topology", str(DGX1), "--nodes", "200", "--out", str(out)]) == 0
+    topo = Topology.from_dict(json.loads(out.read_text()))
+    assert len(topo.gpus) == 1600
+
+
+def test_import_topology_estimates_the_parse_from_the_file_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 300-GPU rocm-smi matrix (about 0.9 MB of text, 10 bytes of parsing per byte: 9 MB)
+    under a 2 MB budget is refused before the file is read."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import import_parsers as gen
+
+    src = tmp_path / "rocm.txt"
+    src.write_text(gen.rocm(300))
+    code = cli.main(["--memory-budget", "2MB", "import-topology", str(src), "--out", str(tmp_path / "t.json")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("ccplan: error: import-topology refused: topology file")
