@@ -117,7 +117,8 @@ def test_import_topology_estimates_the_parse_from_the_file_size(
 
     src = tmp_path / "rocm.txt"
     src.write_text(gen.rocm(300))
-    code = cli.main(["--memory-budget", "2MB", "import-topology", str(src), "--out", str(tmp_path / "t.json")])
+    argv = ["--memory-budget", "2MB", "import-topology", str(src), "--out", str(tmp_path / "t.json")]
+    code = cli.main(argv)
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("ccplan: error: import-topology refused: topology file")
