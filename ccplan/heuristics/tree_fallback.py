@@ -41,8 +41,10 @@ SECONDS_PER_DELIVERY = 3e-6
 delivery on a 48x48 torus AllGather (5.3 million deliveries, a shared 2-core machine);
 the caller keeps this much of its time limit for it (:func:`reserve_seconds`)."""
 
-FIXED_SECONDS = 1.0
-"""Start-up of :func:`tree_fallback` (the all-pairs latencies, the compiled kernel's load)."""
+FIXED_SECONDS = 0.05
+"""Start-up of :func:`tree_fallback` (the all-pairs latencies, loading the compiled kernels
+from numba's cache; their first compilation in an installation takes a few seconds more).
+Small: on small instances ``layered`` itself must keep nearly all of a short limit."""
 
 
 
