@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -366,6 +367,34 @@ def _time_left(limit: float | None) -> float | None:
     return max(0.25 * limit, limit - (time.perf_counter() - _clock["start"]))
 
 
+def _rescue_solve(outputs: Any, instance: Any, method: str) -> str:
+    """For the signal watcher, when the engine does not return in time after Ctrl-C/SIGTERM
+    (its main thread inside a solver's native code): write the best verified schedule the
+    engine noted (:func:`ccplan.limits.note_incumbent`) as the interrupt path would, remove
+    every staged file, and say what was saved."""
+    from ccplan import limits
+    from ccplan.methods import Outcome, SolveOptions, _verified_result
+
+    saved: list[tuple[str, Path]] = []
+    try:
+        best = limits.best_incumbent()
+        # only a schedule of this very instance (not of a twin an engine solved instead)
+        if best is not None and best[0] is instance:
+            details = {"interrupted": True, "incumbent_source": best[2]}
+            outcome = Outcome(schedule=best[1], status="feasible", details=details)
+            seconds = time.perf_counter() - _clock["start"]
+            no_flow = SolveOptions(extra={"flow_bound": False})
+            result = _verified_result(instance, method, outcome, seconds, no_flow)
+            if result.verified:
+                _stage_result(outputs, result, result.to_dict())
+                saved = outputs.commit()
+    finally:
+        outputs.discard()
+    if saved:
+        return f"{_saved_line(saved)} (the best verified schedule so far)"
+    return _saved_line(saved)
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from ccplan.errors import SolveInterrupted
     from ccplan.methods import SolveOptions, get_engine, solve
@@ -373,6 +402,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     outputs = _solve_outputs(args)  # bad output paths fail before any work starts
     instance = _instance(args, 1 if args.chunks == "auto" else None)
     get_engine(args.method)  # an unknown method fails before any work starts
+    from ccplan import limits
+
+    limits.clear_incumbent()
+    _stopping["rescue"] = lambda: _rescue_solve(outputs, instance, args.method)
     extra: dict[str, Any] = {"on_progress": _progress_printer(args.quiet)}
     restore_notes = _show_progress_notes(args.quiet)
     if args.solver:
@@ -406,7 +439,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             else:
                 result = solve(instance, args.method, options)
         except SolveInterrupted as stop:
-            _stopping["handled"] = True
+            _take_interrupt()
             saved: list[tuple[str, Path]] = []
             partial = cast("Result | None", stop.result)
             if partial is not None:
@@ -626,25 +659,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ccplan.sweep import SweepConfig, resolve_out, run_sweep
 
     config = SweepConfig.from_toml(args.config)
+    where = resolve_out(config, args.out, Path(args.config))
     rows = [0]
 
     def count(_row: Any) -> None:
         rows[0] += 1
 
+    def saved_rows() -> str:
+        # every counted row is on disk (on_row runs after the table's fsync)
+        return f"saved {rows[0]} new row(s) -> {where} (rerun to resume)" if rows[0] else "no new row saved"
+
+    _stopping["rescue"] = saved_rows  # what the watcher says if a cell does not stop in time
     try:
         path = run_sweep(
             config,
-            out=resolve_out(config, args.out, Path(args.config)),
+            out=where,
             dask_address=args.dask,
             progress=not args.quiet,
             processes=args.processes,
             on_row=count,
         )
     except KeyboardInterrupt:
-        _stopping["handled"] = True
-        where = resolve_out(config, args.out, Path(args.config))
-        saved = f"saved {rows[0]} new row(s) -> {where}" if rows[0] else "no new row saved"
-        print(f"\nccplan: interrupted; {saved} (rerun to resume)", file=sys.stderr)
+        _take_interrupt()
+        print(f"\nccplan: interrupted; {saved_rows()}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(f"results -> {path}")
     return EXIT_OK
@@ -776,7 +813,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     except SolveInterrupted as exc:
         # The finished cells' report is on disk; say where, exit like any Ctrl-C.
-        _stopping["handled"] = True
+        _take_interrupt()
         print(f"ccplan: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(f"{'collective':<14} {'size':>8} {'method':<10} {'time us':>10} {'bound us':>10} {'gap':>6}  xml")
@@ -1060,9 +1097,22 @@ STOP_GRACE_SECONDS = 15.0
 """After Ctrl-C/SIGTERM, how long an engine stuck in native code may take to return before
 the process ends anyway (exit 130, nothing saved)."""
 
-_stopping = {"handled": False, "generation": 0}
+_stopping: dict[str, Any] = {"handled": False, "generation": 0, "rescue": None}
 """``handled``: the command took the interrupt path; ``generation`` changes when a ``main()``
-call ends, so a watcher of an earlier call never ends a later one."""
+call ends, so a watcher of an earlier call never ends a later one; ``rescue``: set by a
+command, called by the watcher before it ends a process whose engine did not stop in time,
+returns what was saved (``solve``: writes the best verified schedule; ``sweep``: the rows)."""
+
+_STOP_LOCK = threading.Lock()
+"""Held by whoever ends the command after an interrupt: the command's own interrupt path or
+the watcher's rescue, never both."""
+
+
+def _take_interrupt() -> None:
+    """The command takes the interrupt path (the watcher then leaves it alone); waits while
+    the watcher is already saving, which ends the process."""
+    with _STOP_LOCK:
+        _stopping["handled"] = True
 
 
 def _watch_signals() -> Callable[[], None]:
@@ -1104,12 +1154,19 @@ def _watch_signals() -> Callable[[], None]:
             if not current():
                 return
             time.sleep(0.1)
-        if current():
-            os.write(
-                2,
-                b"ccplan: interrupted; nothing saved (the engine did not stop within "
-                + f"{STOP_GRACE_SECONDS:g} s)\n".encode(),
-            )
+        with _STOP_LOCK:  # the command cannot take the interrupt path meanwhile
+            if not current():
+                return
+            _stopping["handled"] = True
+            text = "nothing saved"
+            rescue = _stopping.get("rescue")
+            if callable(rescue):
+                try:
+                    text = str(rescue())
+                except Exception:  # the promised line all the same
+                    log.debug("saving on interrupt failed", exc_info=True)
+            late = f"the engine did not stop within {STOP_GRACE_SECONDS:g} s"
+            os.write(2, f"ccplan: interrupted; {text} ({late})\n".encode())
             os._exit(EXIT_INTERRUPTED)
 
     def watch() -> None:
@@ -1202,30 +1259,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     _clock["start"] = time.perf_counter()
     _safe_streams()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # a usage error (one line already printed), --help, --version
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    except KeyboardInterrupt:
-        print("ccplan: interrupted; nothing saved", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    if not getattr(args, "command", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     import signal
 
     def _terminate(signum: int, frame: Any) -> None:
         # SIGTERM (a job scheduler, `kill`) takes the Ctrl-C path: save what there is, exit 130.
         raise KeyboardInterrupt
 
+    # First of all: a SIGTERM during the imports below (a second on a busy machine) must
+    # take the same path as one during the work, not end the process without a word.
     old_term = signal.signal(signal.SIGTERM, _terminate) if threading_main() else None
+
+    def early(code: int) -> int:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+        return code
+
+    try:
+        parser = build_parser()  # imports the method registry (numpy, scipy, ...)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line already printed), --help, --version
+        return early(exc.code if isinstance(exc.code, int) else EXIT_USAGE)
+    except KeyboardInterrupt:
+        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        return early(EXIT_INTERRUPTED)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return early(EXIT_USAGE)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     _stopping["handled"] = False
+    _stopping["rescue"] = None
     unwatch = _watch_signals()
     if not args.verbose:
         # Pyomo logs its own account of an interrupted or failed solve; ours is the one line.
@@ -1242,8 +1308,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(one_line(f"ccplan: error: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        _stopping["handled"] = True
-        print("ccplan: interrupted; nothing saved", file=sys.stderr)
+        _take_interrupt()
+        # outside the command's own interrupt path (e.g. while the schedule was verified):
+        # what the command set up to save (solve: the engine's best verified schedule)
+        text = "nothing saved"
+        rescue = _stopping.get("rescue")
+        if callable(rescue):
+            try:
+                text = str(rescue())
+            except Exception:
+                log.debug("saving on interrupt failed", exc_info=True)
+        print(f"ccplan: interrupted; {text}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # Output piped into e.g. `head`: stop quietly, as Unix tools do, keeping the status
@@ -1284,6 +1359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ccplan import limits as _limits
 
         _limits.set_memory_budget(None)
+        _stopping["rescue"] = None
         unwatch()
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)

@@ -215,6 +215,42 @@ def estimate_topology(name: str, num_nodes: int, num_links: int) -> Estimate:
     return Estimate("topology", float(total), f"topology {name} with {num_nodes} nodes and {num_links} links")
 
 
+BYTES_PER_IMPORTED_LINK = 1600
+"""One link of a topology built by ``import-topology`` and written as JSON: 1.51 GB peak for
+DGX-1 x 20,000 machines (1 million links, 180,000 nodes), rounded up."""
+
+BYTES_PER_IMPORT_TEXT_BYTE = 10
+"""Parsing a tool's output, per byte of the file (the text, its lines and the matrix rows):
+a 40 MB ``rocm-smi`` matrix of 2,000 GPUs peaks at under 400 MB with the interpreter."""
+
+
+def estimate_import_text(name: str, num_bytes: int) -> Estimate:
+    """Memory of parsing an ``import-topology`` input of ``num_bytes`` (before reading it)."""
+    return Estimate(
+        "import-topology",
+        float(num_bytes) * BYTES_PER_IMPORT_TEXT_BYTE,
+        f"{name} of {num_bytes / 1e6:.3g} MB",
+    )
+
+
+def estimate_joined_machines(
+    machine: Topology, copies: int, nics_per_node: int, flag: str = "--nodes"
+) -> Estimate:
+    """Memory of ``copies`` copies of ``machine`` joined by a network (``import-topology
+    --nodes``), from counts known before any copy is made: per copy its nodes and links, at
+    most one NIC node and two duplex NIC links per GPU and NIC, and the fabric switches."""
+    gpus = len(machine.gpus)
+    per_nodes = machine.num_nodes + nics_per_node
+    per_links = machine.num_links + 4 * (gpus + nics_per_node)
+    nodes = copies * per_nodes + nics_per_node
+    links = copies * per_links
+    return Estimate(
+        "import-topology",
+        float(nodes) * BYTES_PER_NODE + float(links) * BYTES_PER_IMPORTED_LINK,
+        f"{flag} {copies} copies of {machine.name} ({nodes:.3g} nodes, {links:.3g} links)",
+    )
+
+
 def estimate_collective(kind: str, num_gpus: int, chunks: int) -> Estimate:
     """Memory of a collective's pre/postcondition tables, before they are built."""
     entries = TABLE_ENTRIES.get(kind, _worst_entries)(num_gpus, chunks)
@@ -269,6 +305,11 @@ def _horizon_from(instance: Instance, need: np.ndarray) -> int:
         rate = sum(int(instance.link_capacity[j]) / int(occupancy[j]) for j in links)
         best = max(best, hop, math.ceil(k / rate - 1e-9))
     return best
+
+
+def count_deliveries(instance: Instance) -> int:
+    """The (chunk, node) deliveries of ``instance``: wanted at the end and not held at slot 0."""
+    return int(_deliveries_per_node(instance).sum())
 
 
 def _deliveries_per_node(instance: Instance) -> np.ndarray:
@@ -328,6 +369,13 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     parts.append((horizon * BYTES_PER_HORIZON_SLOT, slots))
     driver = max(parts)[1]
     return Estimate("solve", float(total), f"{instance.topology.name} {instance.collective.kind}: {driver}")
+
+
+def estimate_columnar_load(sends: int, where: str) -> Estimate:
+    """Memory of loading a columnar schedule file (and of the column verifier after it) that
+    declares ``sends`` sends (:data:`BYTES_PER_SEND_COLUMNS` each), known from the arrays'
+    headers before anything is decompressed."""
+    return Estimate("load", float(sends) * BYTES_PER_SEND_COLUMNS, f"{where} declaring {sends} sends")
 
 
 def estimate_verify(instance: Instance, schedule: Schedule, what: str = "verify") -> Estimate:
@@ -426,6 +474,33 @@ NEVER = Deadline()
 
 # --------------------------------------------------------------------------- stopping on Ctrl-C
 _stop_callbacks: list[Callable[[], None]] = []
+
+_incumbent: dict[str, object] = {}
+
+
+def note_incumbent(instance: Instance, schedule: Schedule, source: str) -> None:
+    """Record ``schedule`` as the best *verified* schedule of ``instance`` found so far.
+
+    An engine whose search may sit in native code for long (``milp``: CP-SAT, HiGHS) calls
+    this with every new verified incumbent, so that the CLI can still write it when Ctrl-C
+    or SIGTERM arrives while the main thread cannot return in time (it then writes the
+    schedule from its watcher thread; see ``ccplan.cli``).
+    """
+    _incumbent.clear()
+    _incumbent.update(instance=instance, schedule=schedule, source=source)
+
+
+def best_incumbent() -> tuple[Instance, Schedule, str] | None:
+    """The last schedule given to :func:`note_incumbent`: ``(instance, schedule, source)``."""
+    found = dict(_incumbent)  # one copy: the engine may note a new one meanwhile
+    if not found:
+        return None
+    return found["instance"], found["schedule"], str(found["source"])  # type: ignore[return-value]
+
+
+def clear_incumbent() -> None:
+    """Forget the noted incumbent (a command starts afresh)."""
+    _incumbent.clear()
 
 
 def on_stop(callback: Callable[[], None]) -> Callable[[], None]:

@@ -320,9 +320,7 @@ def export_validated_xml(
         if not report.ok:
             failures.append(f"{label}: validate-xml: {report.errors[0]}")
             continue
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        _write_text(path, text)
         return attempt, failures
     return None, failures
 
@@ -527,9 +525,10 @@ def run_plan(
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    # staged and renamed; a failed write (a full disk) removes the staged file
+    from ccplan.export.atomic import write_atomic
+
+    write_atomic(path, text)
 
 
 # ============================================================================ pictures and report

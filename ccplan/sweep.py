@@ -37,6 +37,7 @@ Configs are TOML (:meth:`SweepConfig.from_toml`); see ``sweeps/smoke.toml`` for 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import hashlib
@@ -921,9 +922,62 @@ class ResultTable:
         self.path = Path(path)
         self.columns = tuple(columns)
         self._fh: TextIO | None = None
+        self._lock_fd: int | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        """The lock file beside the table (``<table>.lock``), present while a sweep writes it."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    def _lock(self) -> None:
+        """Take the table for this process, or refuse: two sweeps on one table would both
+        compute and write every cell the other has not finished.
+
+        An exclusive POSIX lock (``lockf``) on ``<table>.lock``: released by the kernel when
+        the process ends, however it ends, and not inherited by the worker processes (a
+        ``flock`` would be, and a killed sweep's dying workers would hold it). The file holds
+        the owner's pid for the message and is removed on :meth:`close`. A lock file removed
+        by its owner between our open and our lock is detected (another inode at the path)
+        and opened again.
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no locking
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise ValidationError(
+                    f"results table {str(self.path)!r} is being written by another sweep (pid {owner}); "
+                    "wait for it to finish (then rerun to resume) or write to another file (--out)"
+                ) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
 
     def open(self) -> set[str]:
-        """Open for appending (repairing a torn last line); return the keys already present."""
+        """Lock the table (:meth:`_lock`), open it for appending (repairing a torn last
+        line) and return the keys already present."""
+        self._lock()
+        try:
+            return self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> set[str]:
         keys: set[str] = set()
         if self.path.exists() and self.path.stat().st_size > 0:
             raw = self.path.read_bytes()
@@ -1000,6 +1054,12 @@ class ResultTable:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        if self._lock_fd is not None:
+            # removed while still locked, so a sweep that opened it meanwhile sees the change
+            with contextlib.suppress(OSError):
+                self.lock_path.unlink()
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _parse_value(column: str, text: str) -> Any:
@@ -1170,15 +1230,71 @@ def _local_results(
                 f.cancel()
 
 
+DASK_CONNECT_TIMEOUT = 30.0
+"""Seconds ``--dask ADDRESS`` waits for the scheduler to answer (environment variable
+:data:`DASK_TIMEOUT_ENV` overrides it); then the command ends with one line and exit 2."""
+
+DASK_TIMEOUT_ENV = "CCPLAN_DASK_TIMEOUT"
+
+
+def dask_connect_timeout() -> float:
+    """The connect timeout in force (:data:`DASK_CONNECT_TIMEOUT` or :data:`DASK_TIMEOUT_ENV`)."""
+    raw = os.environ.get(DASK_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DASK_CONNECT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValidationError(f"{DASK_TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _dask_client(address: str) -> Any:
+    """A connected ``distributed.Client``, or :class:`CCPlanError` after the connect timeout.
+
+    ``Client(address, timeout=...)`` does not end when the address accepts TCP and never
+    answers (a wrong port, a service that is not a scheduler): it waits forever. So the
+    connection is made in a helper thread, and the caller waits for it only so long (a late
+    connection in the abandoned daemon thread ends with the process).
+    """
+    import threading
+
+    from distributed import Client
+
+    timeout = dask_connect_timeout()
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = Client(address, timeout=timeout)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    helper = threading.Thread(target=connect, name="ccplan-dask-connect", daemon=True)
+    helper.start()
+    helper.join(timeout + 1.0)
+    if "client" in box:
+        return box["client"]
+    if "error" in box:
+        exc = box["error"]
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        raise CCPlanError(f"--dask {address}: cannot connect to the scheduler ({type(exc).__name__}: {text})")
+    raise CCPlanError(
+        f"--dask {address}: the scheduler did not answer within {timeout:g} s "
+        f"(is it a Dask scheduler? {DASK_TIMEOUT_ENV} sets a longer wait)"
+    )
+
+
 def _dask_results(
     payloads: list[dict[str, Any]], address: str, cell: CellFunction = run_cell
 ) -> Iterator[dict[str, Any]]:
     try:
-        from distributed import Client
         from distributed import as_completed as dask_as_completed
     except ImportError:
         raise CCPlanError("--dask needs the 'distributed' package: pip install 'ccplan[dask]'") from None
-    client = Client(address)
+    client = _dask_client(address)
     try:
         futures = [
             client.submit(

@@ -53,6 +53,7 @@ from typing import Any
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.limits import NEVER, Deadline, OutOfTimeError
 from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
@@ -88,7 +89,7 @@ class CombiningModel:
             raise ValidationError(f"horizon must be a non-negative integer, got {self.horizon!r}")
 
 
-def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
+def build_combining_model(instance: Instance, horizon: int, deadline: Deadline = NEVER) -> CombiningModel:
     """Build the contribution-commodity model of ``instance`` over slots ``0 .. horizon``.
 
     Parameters
@@ -97,6 +98,9 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
         Its collective must be combining.
     horizon : int
         ``H``; the model is feasible whenever some valid schedule has makespan ``<= H``.
+    deadline : Deadline
+        Checked at every constraint row: the build of a model too big for the time limit
+        stops instead of running past it (AMD x1 ReduceScatter: 30 s of build).
 
     Returns
     -------
@@ -106,6 +110,8 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
     ------
     ValidationError
         Not a combining collective, or a negative horizon.
+    OutOfTimeError
+        ``deadline`` passed during the build.
     """
     import pyomo.environ as pyo
 
@@ -131,6 +137,16 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
     ]
     f_index = [(c, p, e, t) for (c, e, t) in s_index for p in contributors[c]]
 
+    def timed(rule: Any) -> Any:
+        # Pyomo calls a rule once per row: the clock is read there, not between components
+        # (one component alone can take longer than the whole limit)
+        def checked(*args: Any) -> Any:
+            deadline.check()
+            return rule(*args)
+
+        return checked
+
+    deadline.check()
     m = pyo.ConcreteModel(name=f"combining[{instance.describe()}]")
     m.s = pyo.Var(s_index, domain=pyo.Binary)
     m.h = pyo.Var(h_index, domain=pyo.Binary)
@@ -143,12 +159,15 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
             for v in nodes:
                 m.h[c, p, v, 0].fix(1 if v == p else 0)
 
-    m.carry_send = pyo.Constraint(f_index, rule=lambda m, c, p, e, t: m.f[c, p, e, t] <= m.s[c, e, t])
+    m.carry_send = pyo.Constraint(
+        f_index, rule=timed(lambda m, c, p, e, t: m.f[c, p, e, t] <= m.s[c, e, t])
+    )
     m.carry_held = pyo.Constraint(
-        f_index, rule=lambda m, c, p, e, t: m.f[c, p, e, t] <= m.h[c, p, topo.links[e].src, t]
+        f_index, rule=timed(lambda m, c, p, e, t: m.f[c, p, e, t] <= m.h[c, p, topo.links[e].src, t])
     )
     m.nonempty = pyo.Constraint(
-        s_index, rule=lambda m, c, e, t: m.s[c, e, t] <= sum(m.f[c, p, e, t] for p in contributors[c])
+        s_index,
+        rule=timed(lambda m, c, e, t: m.s[c, e, t] <= sum(m.f[c, p, e, t] for p in contributors[c])),
     )
     into: dict[int, list[int]] = defaultdict(list)
     for e in links:
@@ -159,8 +178,10 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
         arriving = [m.f[c, p, e, t - lat[e]] for e in into[v] if t - lat[e] >= 0]
         return m.h[c, p, v, t] <= m.h[c, p, v, t - 1] + sum(arriving)
 
-    m.arrival = pyo.Constraint(later, rule=arrival)
-    m.monotone = pyo.Constraint(later, rule=lambda m, c, p, v, t: m.h[c, p, v, t] >= m.h[c, p, v, t - 1])
+    m.arrival = pyo.Constraint(later, rule=timed(arrival))
+    m.monotone = pyo.Constraint(
+        later, rule=timed(lambda m, c, p, v, t: m.h[c, p, v, t] >= m.h[c, p, v, t - 1])
+    )
 
     starts: dict[int, list[int]] = {e: [t for t in range(0, H - lat[e] + 1)] for e in links}
     cap_index = [(e, x) for e in links for x in range(H)]
@@ -174,7 +195,7 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
             return pyo.Constraint.Skip
         return sum(terms) <= instance.omega(e, x)
 
-    m.capacity = pyo.Constraint(cap_index, rule=capacity)
+    m.capacity = pyo.Constraint(cap_index, rule=timed(capacity))
     if instance.single_port:
         port_index = [(v, x) for v in nodes for x in range(H)]
 
@@ -188,13 +209,15 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
             ]
             return sum(terms) <= 1 if terms else pyo.Constraint.Skip
 
-        m.send_port = pyo.Constraint(port_index, rule=lambda m, v, x: port(m, v, x, "src"))
-        m.recv_port = pyo.Constraint(port_index, rule=lambda m, v, x: port(m, v, x, "dst"))
+        m.send_port = pyo.Constraint(port_index, rule=timed(lambda m, v, x: port(m, v, x, "src")))
+        m.recv_port = pyo.Constraint(port_index, rule=timed(lambda m, v, x: port(m, v, x, "dst")))
 
     finish_index = [
         (c, p, w, t) for c, ps in contributors.items() for p in ps for w in receivers[c] for t in range(H + 1)
     ]
-    m.finish = pyo.Constraint(finish_index, rule=lambda m, c, p, w, t: m.h[c, p, w, t] >= m.done[t])
+    m.finish = pyo.Constraint(
+        finish_index, rule=timed(lambda m, c, p, w, t: m.h[c, p, w, t] >= m.done[t])
+    )
     m.done_monotone = pyo.Constraint(range(1, H + 1), rule=lambda m, t: m.done[t] >= m.done[t - 1])
     m.done[H].fix(1)
     m.makespan = pyo.Constraint(expr=sum(1 - m.done[t] for t in range(H + 1)) == m.D)
@@ -202,14 +225,29 @@ def build_combining_model(instance: Instance, horizon: int) -> CombiningModel:
     return CombiningModel(model=m, horizon=H, chunks=chunks)
 
 
-def _fewest_sends(built: CombiningModel, makespan: int) -> None:
-    """Fix ``D <= makespan`` and minimise the number of sends instead (objective ``sends``)."""
-    import pyomo.environ as pyo
+def _fewest_sends(compiled: Any, built: CombiningModel, makespan: int) -> None:
+    """On the translated model: ``D <= makespan`` and minimise the number of sends instead.
+
+    Both go into the CP-SAT model (the domain of ``D`` and the objective), so the second
+    stage needs no second translation of the Pyomo model (as long as the first: 40 s on
+    AMD x1).
+    """
+    from pyomo.common.collections import ComponentMap
+
+    from ccplan.model.cpsat import restrict_domains
 
     m = built.model
-    m.objective.deactivate()
-    m.at_optimum = pyo.Constraint(expr=makespan >= m.D)
-    m.sends = pyo.Objective(expr=sum(m.s.values()), sense=pyo.minimize)
+    restrict_domains(compiled, ComponentMap([(m.D, (0, makespan))]))
+    objective = compiled.cp_model.proto.objective
+    positions = [compiled.index.get(id(var)) for var in m.s.values()]
+    kept = [pos for pos in positions if pos is not None]
+    objective.vars.clear()
+    objective.coeffs.clear()
+    objective.domain.clear()
+    objective.clear_offset()
+    objective.scaling_factor = 1.0  # minimise
+    objective.vars.extend(kept)
+    objective.coeffs.extend([1] * len(kept))
 
 
 def sends_from_model(built: CombiningModel, instance: Instance) -> list[tuple[Chunk, int, int, int]]:
@@ -315,6 +353,9 @@ class CombiningAnswer:
     upper_source : str
         Where the schedule came from (``"model"`` or the upper-bound method's name).
     seconds : float
+    reason : str
+        Why the model did not decide the answer (e.g. the time limit passed during its
+        build); empty otherwise.
     """
 
     status: str
@@ -323,15 +364,27 @@ class CombiningAnswer:
     makespan: int | None
     upper_source: str
     seconds: float
+    reason: str = ""
 
 
-def _upper(instance: Instance, options: SolveOptions) -> tuple[Schedule, int, str]:
+def _upper(
+    instance: Instance, options: SolveOptions, deadline: Deadline = NEVER
+) -> tuple[Schedule, int, str] | None:
+    """The best verified schedule of :data:`DEFAULT_UPPER_METHODS` (None when the deadline
+    passed before any of them found one)."""
     from ccplan.methods import solve
 
     best: tuple[Schedule, int, str] | None = None
     for method in DEFAULT_UPPER_METHODS:
+        if deadline.expired:
+            if best is None:
+                return None
+            break
+        left = None if deadline.at == NEVER.at else max(deadline.remaining(), 1e-3)
         try:
-            result = solve(instance, method, SolveOptions(workers=options.workers, seed=options.seed))
+            result = solve(
+                instance, method, SolveOptions(time_limit=left, workers=options.workers, seed=options.seed)
+            )
         except ValidationError as exc:
             log.debug("upper bound by %s failed: %s", method, exc)
             continue
@@ -340,6 +393,8 @@ def _upper(instance: Instance, options: SolveOptions) -> tuple[Schedule, int, st
             continue
         if best is None or makespan < best[1]:
             best = (schedule, makespan, method)
+    if best is None and deadline.expired:
+        return None
     if best is None:
         raise ValidationError(
             f"no method of {DEFAULT_UPPER_METHODS} found a schedule to bound the horizon of "
@@ -366,26 +421,43 @@ def solve_exact_combining(
     -------
     CombiningAnswer
     """
-    from ccplan.model.cpsat import CpSatOptions, solve_with_cpsat
+    from ccplan.model.cpsat import CpSatOptions, compile_model, solve_compiled
 
     opts = options or SolveOptions()
     start = time.perf_counter()
+    # the time limit holds for the whole answer: upper bound, build, translation and search
+    deadline = Deadline.after(opts.time_limit)
     upper: tuple[Schedule, int, str] | None = None
     if opts.horizon is None:
-        upper = _upper(instance, opts)
+        upper = _upper(instance, opts, deadline)
+        if upper is None:
+            reason = f"time limit of {opts.time_limit:g} s reached before a first schedule"
+            return CombiningAnswer("unknown", None, None, None, "none", time.perf_counter() - start, reason)
         horizon = upper[1]
     else:
         horizon = opts.horizon
-    built = build_combining_model(instance, horizon)
-    if backend == "cpsat":
-        out = solve_with_cpsat(
-            built.model, CpSatOptions(time_limit=opts.time_limit, workers=opts.workers, seed=opts.seed)
-        )
+
+    def left() -> float | None:
+        return None if opts.time_limit is None else max(deadline.remaining(), 0.05)
+
+    try:
+        built = build_combining_model(instance, horizon, deadline)
+        compiled = compile_model(built.model, deadline=deadline) if backend == "cpsat" else None
+    except OutOfTimeError:
+        # the model is too big for the time limit: the upper bound's schedule is the answer
+        reason = f"time limit of {opts.time_limit:g} s reached while building the model"
+        log.info("exact-combining: %s", reason)
+        seconds = time.perf_counter() - start
+        if upper is None:
+            return CombiningAnswer("unknown", None, None, None, "none", seconds, reason)
+        return CombiningAnswer("feasible", None, upper[0], upper[1], upper[2], seconds, reason)
+    if compiled is not None:
+        out = solve_compiled(compiled, CpSatOptions(time_limit=left(), workers=opts.workers, seed=opts.seed))
         status, objective, bound = out.status, out.objective, out.best_bound
     elif backend == "highs":
         from ccplan.model.highs import solve_with_highs
 
-        hout = solve_with_highs(built.model, time_limit=opts.time_limit)
+        hout = solve_with_highs(built.model, time_limit=left())
         status, objective, bound = hout.status, hout.objective, hout.bound
     else:
         raise ValidationError(f"backend must be 'cpsat' or 'highs', got {backend!r}")
@@ -394,18 +466,22 @@ def solve_exact_combining(
         proven = round(objective)
     elif bound is not None:
         proven = max(0, int(bound - 1e-9) + (0 if float(bound).is_integer() else 1))
-    if status == "optimal" and proven is not None and backend == "cpsat":
+    if status == "optimal" and proven is not None and compiled is not None:
         # Second stage: at the proven makespan, fewest sends. A minimal solution carries no
         # redundant payloads, which is what lets the replay below realise it.
-        _fewest_sends(built, proven)
-        # Any small solution will do, not a proven minimum: a quarter of the budget at most.
+        _fewest_sends(compiled, built, proven)
+        # Any small solution will do, not a proven minimum: a quarter of the budget at most,
+        # and never past the deadline.
         budget = SECOND_STAGE_SECONDS if opts.time_limit is None else 0.25 * opts.time_limit
-        second = solve_with_cpsat(
-            built.model, CpSatOptions(time_limit=max(0.2, budget), workers=opts.workers, seed=opts.seed)
-        )
-        if not second.has_solution:
-            # The first stage's values were overwritten only if the second found a solution.
-            log.info("the fewest-sends stage found nothing (%s)", second.status)
+        if opts.time_limit is not None:
+            budget = min(budget, deadline.remaining())
+        if budget >= 0.05:
+            second = solve_compiled(
+                compiled, CpSatOptions(time_limit=max(0.2, budget), workers=opts.workers, seed=opts.seed)
+            )
+            if not second.has_solution:
+                # The first stage's values were overwritten only if the second found a solution.
+                log.info("the fewest-sends stage found nothing (%s)", second.status)
     candidates: list[tuple[int, Schedule, str]] = []
     if upper is not None:
         candidates.append((upper[1], upper[0], upper[2]))
@@ -434,5 +510,10 @@ def exact_combining_engine(instance: Instance, options: SolveOptions) -> Outcome
         schedule=answer.schedule,
         status=answer.status if answer.schedule is not None else "unknown",
         bound_slots=None if answer.bound is None else float(answer.bound),
-        details={"upper_source": answer.upper_source, "model_bound": answer.bound, "seconds": answer.seconds},
+        details={
+            "upper_source": answer.upper_source,
+            "model_bound": answer.bound,
+            "seconds": answer.seconds,
+            **({"reason": answer.reason} if answer.reason else {}),
+        },
     )

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from pyomo.core.base.constraint import ConstraintData
     from pyomo.core.base.var import VarData
 
+    from ccplan.limits import Deadline
+
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[float, float | None, float | None, float | None], None]
@@ -425,7 +427,7 @@ class _Translator:
         self.proto.objective.scaling_factor = float(sign)
 
 
-def compile_model(model: Any, *, use_arrays: bool = True) -> CompiledModel:
+def compile_model(model: Any, *, use_arrays: bool = True, deadline: Deadline | None = None) -> CompiledModel:
     """Translate a Pyomo model (linear, integer data, at most one active objective).
 
     A model built by :func:`ccplan.model.milp.build_model` carries its rows as arrays
@@ -435,6 +437,9 @@ def compile_model(model: Any, *, use_arrays: bool = True) -> CompiledModel:
     a fixed variable of the arrays stays a variable with a one-value domain where the walker
     folds it into the row's constant.
 
+    ``deadline`` (a :class:`ccplan.limits.Deadline`) is checked between the rows walked, so a
+    time limit also bounds the translation of a model too big for it.
+
     Raises
     ------
     ValidationError
@@ -442,6 +447,8 @@ def compile_model(model: Any, *, use_arrays: bool = True) -> CompiledModel:
         nonlinear row, more than one active objective.
     SolverUnavailableError
         ortools is not installed.
+    OutOfTimeError
+        ``deadline`` passed during the translation.
     """
     from pyomo.core.base.constraint import Constraint
     from pyomo.core.base.objective import Objective
@@ -462,6 +469,8 @@ def compile_model(model: Any, *, use_arrays: bool = True) -> CompiledModel:
                 continue
             for con in component.values():
                 if con.active:
+                    if deadline is not None:
+                        deadline.check()
                     tr.constraint(con)
     objectives = list(model.component_data_objects(Objective, active=True, descend_into=True))
     if len(objectives) > 1:

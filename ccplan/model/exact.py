@@ -44,7 +44,7 @@ from typing import Any
 
 from ccplan.errors import CCPlanError, SolverUnavailableError, ValidationError
 from ccplan.instances.instance import Instance
-from ccplan.limits import DEFAULT_MEMORY_BUDGET, memory_budget
+from ccplan.limits import DEFAULT_MEMORY_BUDGET, memory_budget, note_incumbent
 from ccplan.methods import Outcome, SolveOptions, get_engine, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
@@ -379,6 +379,8 @@ class _Run:
             self.incumbent = schedule
             self.incumbent_makespan = report.makespan_slots
             self.incumbent_source = source
+            # for a Ctrl-C that finds the main thread inside a solver (ccplan.limits)
+            note_incumbent(self.instance, schedule, source)
             self.trajectory.append(
                 (time.perf_counter() - self.start, float(report.makespan_slots), float(self.global_bound))
             )
@@ -815,6 +817,12 @@ def _heuristic_until_stagnation(
 
     from ccplan.model.size import estimate_size
 
+    def stopped(out: Outcome) -> bool:
+        # Ctrl-C inside a round: the portfolio returns its best so far, flagged; no more rounds
+        if out.details.get("interrupted") and facts is not None:
+            facts["interrupted"] = True
+        return bool(out.details.get("interrupted"))
+
     tq = time.perf_counter()
     first = engine(instance, round_options(WARM_START_FIRST_ROUND))
     budget = max(WARM_START_FIRST_ROUND, 2 * (time.perf_counter() - tq))
@@ -822,6 +830,8 @@ def _heuristic_until_stagnation(
         facts["first_round_seconds"] = time.perf_counter() - tq
     best = first.schedule
     best_m = None if best is None else verify(instance, best).makespan_slots
+    if stopped(first):
+        return best, best_m
     if best_m is not None and estimate_size(instance, best_m).nonzeros < WARM_START_TINY_NONZEROS:
         return best, best_m  # CP-SAT answers such a model faster than another round runs
     cap = WARM_START_CAP if options.time_limit is None else WARM_START_SHARE * options.time_limit
@@ -832,6 +842,10 @@ def _heuristic_until_stagnation(
         out = engine(instance, round_options(budget))
         m = None if out.schedule is None else verify(instance, out.schedule).makespan_slots
         budget *= 2
+        if stopped(out):
+            if m is not None and m < best_m:
+                best, best_m = out.schedule, m
+            break
         if m is None or m >= best_m:
             misses += 1
             if misses >= WARM_START_PATIENCE:
@@ -960,9 +974,10 @@ def _warm_start(
                 schedule = engine(instance, h_opts).schedule
             else:
                 schedule, span = _heuristic_until_stagnation(instance, options, engine, t0, lower, facts)
-                schedule, companion = _companions(instance, options, t0, schedule, span, lower)
-                if companion is not None and facts is not None:
-                    facts["companion"] = companion
+                if facts is None or not facts.get("interrupted"):
+                    schedule, companion = _companions(instance, options, t0, schedule, span, lower)
+                    if companion is not None and facts is not None:
+                        facts["companion"] = companion
         except CCPlanError as exc:
             log.warning("warm-start method %r failed: %s", name, exc)
     if schedule is None or not verify(instance, schedule).ok:
@@ -1143,6 +1158,8 @@ def solve_milp(instance: Instance, options: SolveOptions) -> Outcome:
         if run.warm is not None:
             run.warm_makespan = verify(instance, run.warm).makespan_slots
             run.offer(run.warm, run.warm_method)
+        if run.warm_facts.get("interrupted"):
+            raise KeyboardInterrupt  # Ctrl-C during the warm start: its schedule is the answer
         report_progress = _progress(run, 0.0)
         if report_progress is not None:
             # The warm start can take seconds; say what it found before the first model is built.

@@ -158,17 +158,59 @@ def load_columnar_instance(path: str | Path) -> Instance:
         return _header_instance(data, where)[0]
 
 
+def _declared_length(data: Any, where: str) -> int:
+    """The number of sends the archive's columns declare, read from their ``.npy`` headers
+    without decompressing any data: a few megabytes of zeros can declare a billion sends.
+
+    Raises
+    ------
+    ValidationError
+        A column missing, not one-dimensional, or of another length than ``slot``.
+    """
+    lengths: dict[str, int] = {}
+    for name in (*COLUMNS, "reduce"):
+        if name not in data.files:
+            raise ValidationError(f"{where}: column {name!r} is missing")
+        try:
+            with data.zip.open(f"{name}.npy") as fh:
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, _order, _dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, _order, _dtype = np.lib.format.read_array_header_2_0(fh)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            raise ValidationError(f"{where}: column {name!r} is not a readable array ({exc})") from None
+        if len(shape) != 1:
+            raise ValidationError(f"{where}: column {name!r} must be one-dimensional, got shape {shape}")
+        lengths[name] = int(shape[0])
+    n = lengths["slot"]
+    for name, length in lengths.items():
+        if length != n:
+            raise ValidationError(f"{where}: column {name!r} must be one-dimensional with {n} entries")
+    return n
+
+
 def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
     """Read a file written by :func:`save_columnar` into ``(instance, schedule)``.
+
+    The number of sends is read from the columns' headers first and checked against the
+    memory budget (:func:`ccplan.limits.estimate_columnar_load`) before any column is
+    decompressed.
 
     Raises
     ------
     ValidationError
         Not a readable archive, unknown format, a missing or malformed column (named), a
         negative value or a ``reduce`` send in a data-movement collective.
+    ResourceLimitError
+        The declared sends would not fit the memory budget.
     """
+    from ccplan.limits import estimate_columnar_load
+
     where = f"schedule file {str(path)!r}"
     with _open(path, where) as data:
+        declared = _declared_length(data, where)
+        estimate_columnar_load(declared, where).check()
         instance, method = _header_instance(data, where)
         cols = {name: _column(data, name, where) for name in (*COLUMNS, "reduce")}
     check_columns(cols, where)

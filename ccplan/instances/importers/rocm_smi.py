@@ -18,8 +18,10 @@ PCIe generation is not in ``--showtopo``: the class default (Gen4) applies unles
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
+import sys
 
 from ccplan.errors import ValidationError
 from ccplan.instances.importers.machine import Cable, Machine, pcie_tree
@@ -38,38 +40,56 @@ def _err(source: str, line: int, message: str) -> ValidationError:
     return ValidationError(f"{source}:{line}: {message}")
 
 
-def _matrix(
-    lines: list[tuple[int, str]], title: str, source: str
-) -> tuple[int, dict[tuple[int, int], tuple[str, int]]]:
-    rows = [(no, text.split()) for no, text in lines if text.strip()]
+class _Matrix:
+    """A parsed section: ``rows[a][b]`` is the entry of row GPU<a>, column GPU<b> (tokens
+    interned: a 2,000-GPU matrix repeats a handful of strings 4 million times), and
+    ``line[a]`` the line number of row GPU<a>. Rows as lists, not a dict per pair: the
+    dict of 4 million ``(a, b) -> (token, line)`` entries per section took 1 GB."""
+
+    def __init__(self, rows: list[list[str]], line: list[int]) -> None:
+        self.rows = rows
+        self.line = line
+
+    def __getitem__(self, pair: tuple[int, int]) -> tuple[str, int]:
+        a, b = pair
+        return self.rows[a][b], self.line[a]
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+
+def _matrix(lines: list[tuple[int, str]], title: str, source: str) -> tuple[int, _Matrix]:
+    rows = [(no, text) for no, text in lines if text.strip()]
     if not rows:
         raise ValidationError(f"{source}: section {title!r} is empty")
-    head_no, head = rows[0]
+    head_no, head_text = rows[0]
+    head = head_text.split()
     if not head or not all(_GPU.match(t) for t in head):
         raise _err(source, head_no, f"section {title!r}: expected a header of GPU columns")
     cols = [int(_GPU.match(t).group(1)) for t in head]  # type: ignore[union-attr]
     if cols != list(range(len(cols))):
         raise _err(source, head_no, f"section {title!r}: columns must be GPU0 .. GPU{len(cols) - 1}")
-    out: dict[tuple[int, int], tuple[str, int]] = {}
-    seen: set[int] = set()
-    for no, toks in rows[1:]:
+    n = len(cols)
+    out: list[list[str] | None] = [None] * n
+    line = [0] * n
+    for no, text in rows[1:]:
+        toks = text.split()
         match = _GPU.match(toks[0])
         if not match:
             raise _err(source, no, f"section {title!r}: row must start with GPU<n>, got {toks[0]!r}")
         a = int(match.group(1))
-        if a not in cols or a in seen:
+        if a >= n or out[a] is not None:
             raise _err(source, no, f"section {title!r}: unexpected or repeated row GPU{a}")
-        seen.add(a)
-        if len(toks) - 1 != len(cols):
+        if len(toks) - 1 != n:
             raise _err(
-                source, no, f"section {title!r}: row GPU{a} has {len(toks) - 1} entries, expected {len(cols)}"
+                source, no, f"section {title!r}: row GPU{a} has {len(toks) - 1} entries, expected {n}"
             )
-        for b, tok in enumerate(toks[1:]):
-            out[(a, b)] = (tok, no)
-    missing = [g for g in cols if g not in seen]
+        out[a] = list(map(sys.intern, toks[1:]))
+        line[a] = no
+    missing = [g for g in cols if out[g] is None]
     if missing:
         raise _err(source, head_no, f"section {title!r}: no row for GPU{missing[0]}")
-    return len(cols), out
+    return n, _Matrix(out, line)  # type: ignore[arg-type]
 
 
 def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
@@ -97,14 +117,14 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
             f"{source}:1: no 'Link Type between two GPUs' section (is this `rocm-smi --showtopo`?)"
         )
     n, types = _matrix(sections[link_key], "Link Type", source)
-    extra: dict[str, dict[tuple[int, int], tuple[str, int]]] = {}
+    extra: dict[str, _Matrix] = {}
     for prefix, title in (("weight", "Weight"), ("hops", "Hops")):
         key = next((k for k in sections if k.startswith(prefix)), None)
         if key is not None:
             n_x, extra[prefix] = _matrix(sections[key], title, source)
             if n_x != n:
                 raise _err(source, sections[key][0][0], f"{title} has {n_x} GPUs, Link Type has {n}")
-    weights, hops = extra.get("weight", {}), extra.get("hops", {})
+    weights, hops = extra.get("weight", _Matrix([], [])), extra.get("hops", _Matrix([], []))
     notes = [f"imported from rocm-smi --showtopo ({source})"]
 
     def note(text: str) -> None:
@@ -131,25 +151,41 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
     cables: list[Cable] = []
     levels: dict[tuple[int, int], str] = {}
     odd: list[tuple[int, int, int]] = []
+    known = {"XGMI", "PCIE"}
+    upper = {t: t.upper() for row in types.rows for t in set(row)}  # a handful of distinct tokens
     for a in range(n):
+        row_a = types.rows[a]
         for b in range(a + 1, n):
-            kind, no = types[(a, b)]
-            other, other_no = types[(b, a)]
-            for x, y, k, line in ((a, b, kind, no), (b, a, other, other_no)):
-                if k.upper() not in ("XGMI", "PCIE"):
-                    raise _err(
-                        source, line, f"GPU{x} column GPU{y}: unknown link type {k!r} (expected XGMI or PCIE)"
-                    )
-            if kind.upper() != other.upper():
+            kind, other = upper[row_a[b]], upper[types.rows[b][a]]
+            if kind not in known or other not in known or kind != other:
+                for x, y, k in ((a, b, row_a[b]), (b, a, types.rows[b][a])):
+                    if k.upper() not in known:
+                        raise _err(
+                            source,
+                            types.line[x],
+                            f"GPU{x} column GPU{y}: unknown link type {k!r} (expected XGMI or PCIE)",
+                        )
                 raise _err(
                     source,
-                    no,
-                    f"GPU{a} -> GPU{b} is {kind} but GPU{b} -> GPU{a} is {other} (line {other_no})",
+                    types.line[a],
+                    f"GPU{a} -> GPU{b} is {row_a[b]} but GPU{b} -> GPU{a} is {types.rows[b][a]} "
+                    f"(line {types.line[b]})",
                 )
-            kind = kind.upper()
             if kind == "XGMI" and _direct(a, b, weights, hops, source, odd):
                 cables.append(Cable(a, b, "XGMI", 1))
-            levels[(a, b)] = "PHB" if numa.get(a, 0) == numa.get(b, 0) else "SYS"
+    # The PCIe tree joins the GPUs of one NUMA node at PHB and all at SYS: the tree of every
+    # pair's class equals the tree of a chain through each NUMA node plus a chain through
+    # the nodes (the same groups at every level; 2 million pairs for 2,000 GPUs took 8 s).
+    first: dict[int, int] = {}
+    for g in range(n):
+        node = numa.get(g, 0)
+        if node in first:
+            levels[(first[node], g)] = "PHB"
+        else:
+            first[node] = g
+    heads = list(first.values())
+    for x, y in itertools.pairwise(heads):
+        levels[(x, y)] = "SYS"
     if odd:
         a, b, w = odd[0]
         note(
@@ -167,7 +203,7 @@ def parse_rocm_smi(text: str, source: str = "<input>") -> Machine:
     )
 
 
-def _number(table: dict[tuple[int, int], tuple[str, int]], a: int, b: int, what: str, source: str) -> int:
+def _number(table: _Matrix, a: int, b: int, what: str, source: str) -> int:
     raw, line = table[(a, b)]
     try:
         return int(raw)
@@ -178,8 +214,8 @@ def _number(table: dict[tuple[int, int], tuple[str, int]], a: int, b: int, what:
 def _direct(
     a: int,
     b: int,
-    weights: dict[tuple[int, int], tuple[str, int]],
-    hops: dict[tuple[int, int], tuple[str, int]],
+    weights: _Matrix,
+    hops: _Matrix,
     source: str,
     odd: list[tuple[int, int, int]],
 ) -> bool:
