@@ -16,10 +16,11 @@ import os
 import time
 
 from ccplan.bounds import compute_bounds
-from ccplan.heuristics.combine import solve_auto_chunks
+from ccplan.contract import SolveOptions
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import resolve_topology
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.chunks import solve_auto_chunks
+from ccplan.pipeline.solve import solve
 
 TOPOLOGIES = {
     "dgx1": {},

@@ -4,11 +4,11 @@ engine, next to the lower bound. Run by hand (never a timed test)::
     python benchmarks/collectives.py                       # all topologies, 1MB and 1GB
     python benchmarks/collectives.py --topologies ndv2 --sizes 1GB --exact-limit 60
 
-Every schedule is verified (``ccplan.methods.solve``); a method that fails or does not apply
+Every schedule is verified (``ccplan.pipeline.solve``); a method that fails or does not apply
 prints ``-``. algbw = size / (makespan_slots * tau), TE-CCL's definition. ``bound`` is the
 algbw of the lower bound (an upper limit on any schedule's algbw); for AllReduce the bound is
 weak (bounds.py, "Combining collectives"). Combining collectives go through
-``ccplan.heuristics.combine.solve_combining`` for engines that only move data.
+``ccplan.pipeline.combining.solve_combining`` for engines that only move data.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.errors import CCPlanError
-from ccplan.heuristics.combine import needs_reversal, solve_combining
 from ccplan.instances import builtin
 from ccplan.instances.collectives import allgather
 from ccplan.instances.combining import allreduce
 from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import Topology
-from ccplan.methods import SolveOptions, get_engine
+from ccplan.pipeline.combining import needs_reversal, solve_combining
 from ccplan.schedule.verify import verify
 
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {

@@ -18,9 +18,10 @@ import json
 import os
 import time
 
+from ccplan.contract import SolveOptions
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import dgx2
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.solve import solve
 
 
 def main(argv: list[str] | None = None) -> int:

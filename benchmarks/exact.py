@@ -37,9 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx1, ndv2
-from ccplan.methods import SolveOptions, get_engine
 from ccplan.schedule.verify import verify
 
 

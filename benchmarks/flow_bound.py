@@ -1,4 +1,4 @@
-"""The flow-over-time bound (``ccplan/model/relax.py``) on the issue's large instances (by hand).
+"""The flow-over-time bound (``ccplan/bounds/flow_lp.py``) on the issue's large instances (by hand).
 
 ::
 
@@ -7,14 +7,14 @@
     python benchmarks/flow_bound.py --search bisect     # flow_bound_between instead
     python benchmarks/flow_bound.py --methods cut-aware,layered,mteg   # what solve reports
 
-``--methods``: ``ccplan.methods.solve`` per instance and method, as a user gets it (the
-gated bound of :func:`ccplan.model.relax.gated_flow_bound` included): makespan, the analytic
+``--methods``: ``ccplan.pipeline.solve`` per instance and method, as a user gets it (the
+gated bound of :func:`ccplan.bounds.flow_lp.gated_flow_bound` included): makespan, the analytic
 bound, the reported bound and gap, the LPs it solved (None: gated out) and the seconds of the
 engine and of the whole solve.
 
 For each instance: the analytic bound (``ccplan.bounds.lower_bound_slots``), then
-:func:`ccplan.model.relax.flow_bound` from it, over one destination per colour-refinement
-class (:func:`ccplan.model.relax.destination_order` without a schedule), capped at
+:func:`ccplan.bounds.flow_lp.flow_bound` from it, over one destination per colour-refinement
+class (:func:`ccplan.bounds.flow_lp.destination_order` without a schedule), capped at
 ``--upper`` (the best known makespan; its ``D`` needs no LP). Columns: instance, analytic,
 flow bound, the destination that refuted the last horizon, LPs, seconds, whether every
 class was checked, load average before/after (the machine may be shared: say so).
@@ -29,8 +29,8 @@ import time
 from ccplan.bounds import lower_bound_slots
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import amd, dgx2, ndv2
-from ccplan.methods import solve
-from ccplan.model.relax import destination_order, flow_bound, flow_bound_between
+from ccplan.bounds.flow_lp import destination_order, flow_bound, flow_bound_between
+from ccplan.pipeline.solve import solve
 
 INSTANCES = {
     # name: (topology builder, chassis, size, best known makespan)

@@ -81,7 +81,8 @@ def _peak_mb(make: Callable[[], object]) -> float:
 
 def _milp(inst: Instance, limit: float) -> str:
     import ccplan.model.exact  # noqa: F401  registers "milp"
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.contract import SolveOptions
+    from ccplan.pipeline.solve import solve
 
     res = solve(inst, "milp", SolveOptions(time_limit=limit))
     if res.makespan_slots is None:

@@ -66,7 +66,8 @@ def phases(name: str, inst: Instance, time_limit: float, workers: int) -> str:
 
 
 def engine(name: str, inst: Instance, time_limit: float, workers: int) -> str:
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.contract import SolveOptions
+    from ccplan.pipeline.solve import solve
 
     t0 = time.perf_counter()
     res = solve(inst, "milp", SolveOptions(time_limit=time_limit, workers=workers))

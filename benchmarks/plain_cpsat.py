@@ -52,10 +52,11 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.collectives import Chunk
-from ccplan.methods import SolveOptions, solve
 from ccplan.model.exact import greedy_schedule
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 

@@ -6,7 +6,7 @@ Run by hand (never a timed test)::
 
 Prints one row per cell: instance, method, makespan, bound, gap, seconds (the cell's own
 solve time), then the total wall time and the load average (the machine may be shared).
-Every schedule was verified by ``ccplan.methods.solve``; every XML written passed
+Every schedule was verified by ``ccplan.pipeline.solve``; every XML written passed
 ``validate-xml`` (``ccplan.plan``).
 """
 

@@ -9,7 +9,7 @@ scale and is not needed for a gap in slots), the gap to it (``(makespan - bound)
 makespan``, as ``Result.gap`` and the CLI report it), the engine's seconds (wall clock,
 and ``cpu_s``, the CPU seconds of the process: on the shared machine the wall clock grows with
 the other jobs' load, the CPU time much less), the verifier's and the bound's seconds (the
-bound as :func:`ccplan.methods.solve` computes it, ``stop_at`` the verified makespan, so it
+bound as :func:`ccplan.pipeline.solve` computes it, ``stop_at`` the verified makespan, so it
 skips its costly parts once it reaches the makespan; ``--full-bound`` computes all of them),
 ``make_instance``'s seconds (``inst_s``), and the
 peak resident memory of the process that ran it (each row runs in a fresh child process, so
@@ -131,7 +131,7 @@ def _one(name: str, method: str, size: str, bound: bool, full_bound: bool = Fals
         from ccplan.bounds import lower_bound_slots
 
         t0 = time.perf_counter()
-        # as ccplan.methods.solve does: the verified makespan lets the bound stop early
+        # as ccplan.pipeline.solve does: the verified makespan lets the bound stop early
         lb = lower_bound_slots(inst, stop_at=None if full_bound else report.makespan_slots)
         bound_s = time.perf_counter() - t0
     return {

@@ -38,11 +38,12 @@ from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
 
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx2, ndv2
 from ccplan.instances.instance import TECCL_ALPHA_CAP
-from ccplan.methods import Result, SolveOptions, solve
+from ccplan.pipeline.solve import Result, solve
 
 SIZES = ("1KB", "4KB", "16KB", "64KB", "256KB", "1MB", "4MB", "16MB", "64MB", "256MB", "1GB")
 """The published sizes, in the order of every series of ``published.json``."""

@@ -35,12 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from exact import INSTANCES as EXACT_INSTANCES
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import amd
-from ccplan.methods import SolveOptions, solve
 from ccplan.model.cpsat import CpSatOptions, solve_with_cpsat
 from ccplan.model.exact import DEFAULT_CPSAT_PARAMS
 from ccplan.model.milp import build_model, hint_from_schedule, schedule_from_model
+from ccplan.pipeline.solve import solve
 from ccplan.schedule import Schedule, verify
 
 

@@ -25,24 +25,24 @@ _EXPORTS: dict[str, str] = {
     "make_topology": "ccplan.instances.topology",
     "resolve_topology": "ccplan.instances.builtin",
     "Collective": "ccplan.instances.collectives",
-    "COLLECTIVES": "ccplan.instances.collectives",
-    "make_collective": "ccplan.instances.collectives",
+    "COLLECTIVES": "ccplan.instances.catalog",
+    "make_collective": "ccplan.instances.catalog",
     "Instance": "ccplan.instances.instance",
     "make_instance": "ccplan.instances.instance",
     "parse_size": "ccplan.instances.instance",
     # solving
-    "solve": "ccplan.methods",
-    "SolveOptions": "ccplan.methods",
-    "Result": "ccplan.methods",
-    "Outcome": "ccplan.methods",
-    "method_names": "ccplan.methods",
+    "solve": "ccplan.pipeline.solve",
+    "SolveOptions": "ccplan.contract",
+    "Result": "ccplan.pipeline.solve",
+    "Outcome": "ccplan.contract",
+    "method_names": "ccplan.contract",
     "compute_bounds": "ccplan.bounds",
     "lower_bound_slots": "ccplan.bounds",
     # schedules
     "Schedule": "ccplan.schedule.core",
     "Send": "ccplan.schedule.core",
-    "load_schedule": "ccplan.schedule.core",
-    "save_schedule": "ccplan.schedule.core",
+    "load_schedule": "ccplan.schedule.io",
+    "save_schedule": "ccplan.schedule.io",
     "verify": "ccplan.schedule.verify",
     "Report": "ccplan.schedule.verify",
     "simulate": "ccplan.schedule.simulate",
@@ -91,6 +91,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from ccplan.bounds import compute_bounds, lower_bound_slots
+    from ccplan.contract import Outcome, SolveOptions, method_names
     from ccplan.errors import (
         ArgumentError,
         CCPlanError,
@@ -99,12 +100,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ValidationError,
     )
     from ccplan.instances.builtin import resolve_topology
-    from ccplan.instances.collectives import COLLECTIVES, Collective, make_collective
+    from ccplan.instances.catalog import COLLECTIVES, make_collective
+    from ccplan.instances.collectives import Collective
     from ccplan.instances.instance import Instance, make_instance, parse_size
     from ccplan.instances.topology import Link, Node, Topology, make_topology
     from ccplan.limits import set_memory_budget
-    from ccplan.methods import Outcome, Result, SolveOptions, method_names, solve
-    from ccplan.schedule.core import Schedule, Send, load_schedule, save_schedule
+    from ccplan.pipeline.solve import Result, solve
+    from ccplan.schedule.core import Schedule, Send
+    from ccplan.schedule.io import load_schedule, save_schedule
     from ccplan.schedule.simulate import simulate
     from ccplan.schedule.verify import Report, verify
 
@@ -118,7 +121,7 @@ _INT = (numbers.Integral,)
 # from deep inside. None is allowed where the parameter's default is None.
 _ARGUMENTS: dict[str, dict[str, tuple[Any, ...]]] = {
     "solve": {"instance": (("ccplan.instances.instance", "Instance"),), "method": (str,),
-              "options": (("ccplan.methods", "SolveOptions"),)},
+              "options": (("ccplan.contract", "SolveOptions"),)},
     "verify": {"instance": (("ccplan.instances.instance", "Instance"),),
                "schedule": (("ccplan.schedule.core", "Schedule"),)},
     "simulate": {"instance": (("ccplan.instances.instance", "Instance"),),

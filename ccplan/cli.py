@@ -23,7 +23,7 @@ from ccplan.errors import CCPlanError, ValidationError
 from ccplan.parsing import MAX_DIGITS, MAX_INDEX, int_text, int_value, one_line, show
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from ccplan.methods import Result
+    from ccplan.pipeline.solve import Result
 
 EXIT_OK = 0
 EXIT_VIOLATION = 1
@@ -75,7 +75,7 @@ def _chunks_arg(text: str) -> int | str:
 
 def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     from ccplan.instances import make_collective, make_instance
-    from ccplan.instances.collectives import ROOTED
+    from ccplan.instances.catalog import ROOTED
 
     if args.root is not None and args.collective not in ROOTED:
         rooted = ", ".join(sorted(ROOTED))
@@ -193,7 +193,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    from ccplan.export.atomic import write_atomic
+    from ccplan.atomic import write_atomic
 
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
@@ -213,7 +213,7 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
 
 
 def _check_writable(*paths: Path | None) -> None:
-    from ccplan.export.atomic import check_target
+    from ccplan.atomic import check_target
 
     for path in paths:
         if path is not None:
@@ -333,7 +333,7 @@ _SOLVE_OUTPUTS = {
 
 
 def _solve_outputs(args: argparse.Namespace) -> Any:
-    from ccplan.export.atomic import OutputSet
+    from ccplan.atomic import OutputSet
 
     paths = {
         "schedule": args.out,
@@ -373,7 +373,8 @@ def _rescue_solve(outputs: Any, instance: Any, method: str) -> str:
     engine noted (:func:`ccplan.limits.note_incumbent`) as the interrupt path would, remove
     every staged file, and say what was saved."""
     from ccplan import limits
-    from ccplan.methods import Outcome, SolveOptions, _verified_result
+    from ccplan.contract import Outcome, SolveOptions
+    from ccplan.pipeline.solve import _verified_result
 
     saved: list[tuple[str, Path]] = []
     try:
@@ -396,8 +397,9 @@ def _rescue_solve(outputs: Any, instance: Any, method: str) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    from ccplan.contract import SolveOptions, get_engine
     from ccplan.errors import SolveInterrupted
-    from ccplan.methods import SolveOptions, get_engine, solve
+    from ccplan.pipeline.solve import solve
 
     outputs = _solve_outputs(args)  # bad output paths fail before any work starts
     instance = _instance(args, 1 if args.chunks == "auto" else None)
@@ -433,7 +435,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     try:
         try:
             if args.chunks == "auto":
-                from ccplan.heuristics.combine import solve_auto_chunks
+                from ccplan.pipeline.chunks import solve_auto_chunks
 
                 instance, result = solve_auto_chunks(lambda c: _instance(args, c), args.method, options)
             else:
@@ -484,8 +486,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ccplan.limits import estimate_verify
     from ccplan.schedule import load_schedule, verify
+    from ccplan.schedule.verify import estimate_verify
 
     # the budget of the verifier that will run (a .npz file: the column verifier's)
     instance, schedule = load_schedule(args.schedule, check_budget=False)
@@ -510,13 +512,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.bounds import compute_bounds
-    from ccplan.limits import estimate_solve
+    from ccplan.pipeline.estimate import estimate_solve
 
     instance = _instance(args)
     estimate_solve(instance).check()
     res = None
     if not args.no_upper:
-        from ccplan.methods import SolveOptions, solve
+        from ccplan.contract import SolveOptions
+        from ccplan.pipeline.solve import solve
 
         extra = {"flow_bound": False} if args.no_flow else {}
         options = SolveOptions(time_limit=args.time_limit, seed=0, extra=extra)
@@ -553,7 +556,7 @@ def cmd_bounds(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ccplan.export.atomic import OutputSet
+    from ccplan.atomic import OutputSet
     from ccplan.schedule import load_schedule, save_schedule
 
     outputs = OutputSet({"out": Path(args.out)})
@@ -625,7 +628,7 @@ def cmd_validate_xml(args: argparse.Namespace) -> int:
 
 
 def cmd_plot_progress(args: argparse.Namespace) -> int:
-    from ccplan.export.atomic import OutputSet
+    from ccplan.atomic import OutputSet
     from ccplan.export.plots import plot_progress
 
     outputs = OutputSet({"out": Path(args.out)})
@@ -831,7 +834,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from ccplan.methods import method_names
+    from ccplan.contract import method_names
 
     for name in method_names():
         print(name)
@@ -853,7 +856,7 @@ def _add_topologies(p: argparse.ArgumentParser) -> None:
 
 
 def _add_solve(p: argparse.ArgumentParser) -> None:
-    from ccplan.methods import method_names
+    from ccplan.contract import method_names
 
     _add_instance_args(p)
     g = p.add_argument_group("method")

@@ -39,7 +39,7 @@ class SolverUnavailableError(CCPlanError):
 class SolveInterrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) arrived during a solve.
 
-    Contract between the engines, :func:`ccplan.methods.solve` and the CLI: an engine that is
+    Contract between the engines, :func:`ccplan.pipeline.solve` and the CLI: an engine that is
     interrupted returns its best schedule so far in an ``Outcome`` whose ``details`` carry
     ``"interrupted": True``; ``solve()`` verifies that schedule as usual and raises this
     exception with the verified ``Result`` (or ``None`` when there was no schedule yet). The CLI

@@ -298,3 +298,58 @@ def load_toml_file(path: str | Path, what: str) -> dict[str, Any]:
     """Read and parse a TOML file (see :func:`loads_toml`)."""
     where = f"{what} {shorten(str(path), 120)!r}"
     return loads_toml(read_text(path, where, "TOML"), where)
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def parse_size(text: str | int | float) -> float:
+    """Parse a data size: bytes as a number, or ``"1KB"``, ``"64MB"``, ``"1GB"``.
+
+    Units are decimal as in TE-CCL (1KB = 1000 bytes); ``KiB``/``MiB``/``GiB`` are binary.
+
+    Raises
+    ------
+    ValidationError
+        Unparseable text or a size that is not positive.
+    """
+    if isinstance(text, bool):
+        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
+    if isinstance(text, (int, float)):
+        try:
+            value = float(text)
+        except OverflowError:  # an int beyond the float range
+            value = math.inf
+    elif not isinstance(text, str):
+        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        if not match or match.group(2).upper() not in _SIZE_UNITS:
+            raise ValidationError(
+                f"size {show(text)} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
+            )
+        value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+    if not math.isfinite(value) or value <= 0:
+        raise ValidationError(f"size must be positive, got {show(text)}")
+    if value < 1:
+        raise ValidationError(f"size must be at least one byte, got {show(text)} ({value:g} bytes)")
+    return value
+
+
+def format_size(num_bytes: float) -> str:
+    """Inverse of :func:`parse_size` for round decimal sizes (``1e9 -> '1GB'``)."""
+    for unit in ("TB", "GB", "MB", "KB"):
+        factor = _SIZE_UNITS[unit]
+        if num_bytes >= factor and abs(num_bytes / factor - round(num_bytes / factor)) < 1e-9:
+            return f"{round(num_bytes / factor)}{unit}"
+    return f"{num_bytes:g}B"

@@ -5,7 +5,7 @@ MSCCL XML files the runtime loads, and one report that sets it beside ring/tree 
 
     collectives x sizes x (candidate methods + baselines)
 
-Every cell is one :func:`ccplan.methods.solve` call (so every schedule has been verified
+Every cell is one :func:`ccplan.pipeline.solve` call (so every schedule has been verified
 independently and carries the lower bound), run by the sweep executor
 (:func:`ccplan.sweep._local_results` / :func:`ccplan.sweep._dask_results`): local worker
 processes, or a Dask cluster given its scheduler address. The time budget is per cell (the
@@ -39,7 +39,7 @@ from typing import Any
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
 from ccplan.instances.topology import Topology
-from ccplan.methods import BUSBW_FACTORS
+from ccplan.pipeline.solve import BUSBW_FACTORS
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ class PlanRequest:
     alpha_threshold: float = 0.1
 
     def __post_init__(self) -> None:
+        from ccplan.contract import get_engine
         from ccplan.instances import make_collective, make_instance
-        from ccplan.instances.collectives import ROOTED
+        from ccplan.instances.catalog import ROOTED
         from ccplan.instances.instance import parse_size
-        from ccplan.methods import get_engine
         from ccplan.parsing import float_value, int_value, show
 
         # Everything a cell would refuse is refused here, before any cell runs, with the
@@ -200,9 +200,10 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     Never raises: a failure goes to ``row["error"]`` so that one bad cell does not lose the
     others.
     """
+    from ccplan.contract import SolveOptions
     from ccplan.errors import SolveInterrupted
     from ccplan.instances import make_collective, make_instance
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.pipeline.solve import solve
 
     row: dict[str, Any] = {k: payload[k] for k in ("key", "collective", "size", "method", "role")}
     try:
@@ -526,7 +527,7 @@ def run_plan(
 
 def _write_text(path: Path, text: str) -> None:
     # staged and renamed; a failed write (a full disk) removes the staged file
-    from ccplan.export.atomic import write_atomic
+    from ccplan.atomic import write_atomic
 
     write_atomic(path, text)
 

@@ -6,7 +6,7 @@ A sweep is the cross product
 
 where every method carries its own options (time limit, warm start, CP-SAT workers, seed,
 slot rule) and may restrict itself to a subset of the other axes (e.g. the exact engine only
-on a few sizes). Every cell is one :func:`ccplan.methods.solve` call, so every row of the
+on a few sizes). Every cell is one :func:`ccplan.pipeline.solve` call, so every row of the
 table has been checked by the independent verifier.
 
 Execution
@@ -308,7 +308,7 @@ class MethodSpec:
     tau_rule : str, optional
         Overrides the sweep's slot rule for this method (``"slowest"`` gives TE-CCL's "slow").
     extra : mapping
-        Engine-specific :attr:`ccplan.methods.SolveOptions.extra`.
+        Engine-specific :attr:`ccplan.contract.SolveOptions.extra`.
     sizes, chunks, topologies, collectives : tuple, optional
         Restrict this method to these sizes / chunk counts / topology labels / collective
         labels (None = all of the sweep's).
@@ -816,7 +816,8 @@ def run_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     payload : mapping
         :meth:`Cell.to_payload` output.
     """
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.contract import SolveOptions
+    from ccplan.pipeline.solve import solve
 
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -1311,7 +1312,7 @@ def _dask_results(
 def _check_methods(config: SweepConfig) -> None:
     """Refuse an unknown method before any cell runs (a cell of it could only fail, and a
     resume would never retry its error row)."""
-    from ccplan.methods import method_names
+    from ccplan.contract import method_names
 
     for mod in config.imports:
         try:
@@ -1331,10 +1332,10 @@ def _check_methods(config: SweepConfig) -> None:
 
 def _check_cell_sizes(cells: Sequence[Cell]) -> None:
     """Refuse a grid with a cell whose collective alone exceeds the memory budget
-    (:func:`ccplan.limits.estimate_collective`); the finer solve estimate runs in each cell."""
+    (:func:`ccplan.instances.estimate.estimate_collective`); the finer solve estimate runs in each cell."""
     from ccplan.instances import make_collective
     from ccplan.instances.builtin import resolve_topology
-    from ccplan.limits import estimate_collective
+    from ccplan.instances.estimate import estimate_collective
 
     topos: dict[str, Any] = {}
     checked: set[tuple[str, str]] = set()

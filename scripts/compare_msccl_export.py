@@ -52,10 +52,11 @@ def build_cases(out_dir: Path, quick: bool) -> list[str]:
     sys.path.insert(0, str(ROOT / "tests"))
     from helpers import greedy_schedule, ring_topology, star_topology
 
+    from ccplan.contract import SolveOptions
     from ccplan.errors import CCPlanError
     from ccplan.instances import make_collective, make_instance
     from ccplan.instances.builtin import dgx1, dgx2, ndv2, torus2d
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.pipeline.solve import solve
     from ccplan.schedule import save_schedule, verify
 
     topologies = {

@@ -1,4 +1,4 @@
-"""``--chunks auto`` (``ccplan.heuristics.combine.solve_auto_chunks``) and busbw in the CLI."""
+"""``--chunks auto`` (``ccplan.pipeline.combining.solve_auto_chunks``) and busbw in the CLI."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import json
 import pytest
 
 from ccplan.cli import main
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
-from ccplan.heuristics.combine import AUTO_CHUNKS, AUTO_MAX_PIECES, AUTO_PATIENCE, solve_auto_chunks
 from ccplan.instances.builtin import fully_connected, ring
 from ccplan.instances.combining import allreduce
 from ccplan.instances.instance import make_instance
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.chunks import AUTO_CHUNKS, AUTO_MAX_PIECES, AUTO_PATIENCE, solve_auto_chunks
+from ccplan.pipeline.solve import solve
 
 
 def test_auto_chunks_keeps_the_fastest_verified_candidate():

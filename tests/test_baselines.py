@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.heuristics import baselines as bl
 from ccplan.instances.builtin import (
@@ -20,10 +21,11 @@ from ccplan.instances.builtin import (
     star_switch,
     torus2d,
 )
-from ccplan.instances.collectives import allgather, alltoall, broadcast, make_collective
+from ccplan.instances.catalog import make_collective
+from ccplan.instances.collectives import allgather, alltoall, broadcast
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
 from ccplan.instances.instance import make_instance
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.simulate import simulate
 
 B = 50.0  # GB/s

@@ -339,7 +339,7 @@ import sys
 from pathlib import Path
 import ccplan.cli
 from ccplan.limits import on_stop
-from ccplan.methods import register
+from ccplan.contract import register
 
 flag = Path(sys.argv[1])
 

@@ -14,13 +14,13 @@ from collections import defaultdict
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.errors import ValidationError
-from ccplan.heuristics.combine import reverse_schedule, solve_combining
 from ccplan.instances.builtin import dgx1, fully_connected, line, ring, star_switch
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce, reducescatter
 from ccplan.instances.instance import Instance, make_instance
-from ccplan.methods import SolveOptions, get_engine
+from ccplan.pipeline.combining import reverse_schedule, solve_combining
 from ccplan.schedule.combining import verify_combining
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
@@ -255,7 +255,7 @@ def test_verifier_never_accepts_a_wrong_sum_under_random_corruption():
     tree AllReduce schedules: whenever the numeric replay ends with a wrong sum somewhere, the
     verifier must reject the schedule (and it must accept the unmodified ones)."""
     import ccplan.heuristics.baselines  # noqa: F401  (registers ring and tree)
-    from ccplan.methods import solve
+    from ccplan.pipeline.solve import solve
 
     rng = random.Random(7)
     topo = ring(4, alpha_us=0.0)

@@ -15,12 +15,13 @@ import random
 import pytest
 
 from ccplan.bounds import compute_bounds
+from ccplan.contract import SolveOptions
 from ccplan.instances.builtin import fully_connected, line, ring, star_switch
 from ccplan.instances.combining import allreduce, reduce, reducescatter
 from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import make_topology
-from ccplan.methods import SolveOptions, solve
 from ccplan.model.combining import build_combining_model, realise, solve_exact_combining
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 FACTORIES = {"allreduce": allreduce, "reducescatter": reducescatter, "reduce": reduce}
@@ -241,7 +242,7 @@ def test_relisted_reducescatter_and_pipelined_allreduce_verify(seed):
     """The shard-order re-placement keeps every partial sum's inputs (the verifier and the
     numeric replay agree it is still a valid ReduceScatter), and the AllReduce built from it
     (mode "pipelined") verifies and never beats the bound."""
-    from ccplan.heuristics.combine import relist, solve_combining
+    from ccplan.pipeline.combining import relist, solve_combining
     from tests.test_combining import numeric_replay
 
     inst = random_combining(seed)
@@ -271,8 +272,8 @@ def test_reversal_duality_on_certified_optima(exact_answers):
     links into and out of each node share one ``delta``), checked here with two independent
     exact engines: the combining model on one side, the paper's MILP (``milp``) on the other.
     A single-port instance where it fails: tests/test_combining_reversal.py."""
-    from ccplan.heuristics.combine import ports_reflect
     from ccplan.instances.collectives import allgather, broadcast
+    from ccplan.pipeline.combining import ports_reflect
 
     seeds = [s for s in DUALITY_SEEDS if ports_reflect(random_combining(s))]
     assert len(seeds) >= 10 and any(random_combining(s).single_port for s in seeds)

@@ -20,13 +20,14 @@ import random
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError
-from ccplan.heuristics.combine import ports_reflect, reflect_outages, retime, reverse_schedule
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.combining import allreduce, reduce, reducescatter
 from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import Topology, make_topology
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.combining import ports_reflect, reflect_outages, retime, reverse_schedule
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 from tests.helpers import greedy_schedule

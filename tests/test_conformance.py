@@ -12,10 +12,11 @@ from functools import cache
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, method_names
 from ccplan.errors import CCPlanError
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx1, line, ring, star_switch
-from ccplan.methods import SolveOptions, method_names, solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule import verify
 
 INSTANCES: dict[str, tuple] = {

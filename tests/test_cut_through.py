@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ccplan.bounds import compute_bounds, lower_bound_slots
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import star_switch
-from ccplan.methods import SolveOptions, get_engine, solve
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import CUT_THROUGH_COMPONENTS, build_model, hint_from_schedule, schedule_from_model
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.simulate import simulate
 from ccplan.schedule.verify import verify
@@ -286,7 +287,7 @@ def test_cut_through_never_slower_than_store_and_forward_twin() -> None:
     """A store-and-forward schedule re-timed for cut-through switches (the post-pass every
     heuristic goes through) is valid and no later, on the 3-star from the hand schedule of
     the 3-slot optimum."""
-    from ccplan.heuristics.cut_through import retime
+    from ccplan.schedule.cut_through import retime
 
     saf = _star(3, SAF)
     ct = _star(3, CT)

@@ -11,10 +11,10 @@ import sys
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.errors import SolverUnavailableError, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import line, ring, star_switch
-from ccplan.methods import SolveOptions, get_engine
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import build_model, hint_from_schedule, schedule_from_model
 from ccplan.schedule.verify import verify

@@ -14,11 +14,12 @@ import time
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import ring
-from ccplan.methods import SolveOptions, solve
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import build_model
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 
@@ -176,7 +177,7 @@ def test_warm_start_of_a_tiny_model_is_one_round(monkeypatch) -> None:
     round (CP-SAT searches such a model in milliseconds); with the threshold at 0 the same
     instance, on which the heuristic cannot reach the bound, runs the first round plus at
     least ``WARM_START_PATIENCE`` more. Counted by wrapping the portfolio engine."""
-    from ccplan.methods import get_engine
+    from ccplan.contract import get_engine
     from ccplan.model import exact
     from ccplan.model.size import estimate_size
 

@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 
 from ccplan.errors import ValidationError
 from ccplan.instances.builtin import TOPOLOGIES, resolve_topology
-from ccplan.instances.collectives import COLLECTIVES, Collective, make_collective
+from ccplan.instances.catalog import COLLECTIVES, collective_from_dict, make_collective
+from ccplan.instances.collectives import Collective
 from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import Link, Node, Topology
-from ccplan.schedule.core import Schedule, Send, load_schedule, save_schedule
+from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.io import load_schedule, save_schedule
 from ccplan.schedule.verify import verify
 
 BAD_DIR = Path(__file__).parent / "data" / "bad"
@@ -163,7 +165,7 @@ def test_collective_round_trip(kind: str) -> None:
     else:
         coll = make_collective(kind, topo, chunks=2, root=2, dests=(1, 3))
     data = json.loads(json.dumps(coll.to_dict()))
-    back = Collective.from_dict(data, topo)
+    back = collective_from_dict(data, topo)
     assert back == coll
     assert back.demands == coll.demands
 

@@ -12,6 +12,7 @@ import networkx as nx
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, get_engine
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
@@ -25,9 +26,9 @@ from ccplan.heuristics.mteg import (
 from ccplan.heuristics.search import heuristic_search
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance, make_topology
-from ccplan.instances.collectives import COLLECTIVES
+from ccplan.instances.catalog import COLLECTIVES
 from ccplan.instances.instance import Instance
-from ccplan.methods import SolveOptions, get_engine, solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import verify
 
@@ -102,7 +103,7 @@ DATA_MOVEMENT = sorted(
 @pytest.mark.parametrize("topo_name", ["star4", "dgx1"])
 def test_every_data_movement_collective(kind, topo_name):  # type: ignore[no-untyped-def]
     """Combining collectives (ReduceScatter, AllReduce, Reduce) are built from these by
-    ``ccplan.heuristics.combine``; the engines here schedule the data-movement ones."""
+    ``ccplan.pipeline.combining``; the engines here schedule the data-movement ones."""
     topo = bt.star_switch(4) if topo_name == "star4" else bt.dgx1()
     dests = (0, 2) if kind == "multicast" else None
     coll = make_collective(kind, topo, chunks=2, root=1 if kind in _ROOTED else None, dests=dests)

@@ -412,7 +412,7 @@ def test_imported_cluster_with_extra_nics_plans_a_verified_schedule() -> None:
     """Two VM boxes of 2 GPUs with 4 NICs each (more NICs than GPUs) on one switch: a ring
     AllGather on it is checked by the independent verifier."""
     from ccplan.instances import make_collective, make_instance
-    from ccplan.methods import solve
+    from ccplan.pipeline.solve import solve
 
     topo = import_topology(DATA / "nccl_topo_vm_2gpu.xml", network=Network(nodes=2, nics_per_node=4))
     inst = make_instance(topo, make_collective("allgather", topo, chunks=1), "1MB")

@@ -67,9 +67,9 @@ def _lines(err: str) -> list[str]:
     [
         # the console script: `from ccplan.cli import main; main()`; main imports the registry
         (["-c", "import sys; from ccplan.cli import main; sys.exit(main(['methods']))"],
-         "ccplan.methods", signal.SIGINT),
+         "ccplan.contract", signal.SIGINT),
         (["-c", "import sys; from ccplan.cli import main; sys.exit(main(['methods']))"],
-         "ccplan.methods", signal.SIGTERM),
+         "ccplan.contract", signal.SIGTERM),
         # python -m ccplan, while the command line module itself loads
         (["-m", "ccplan", "methods"], "ccplan.errors", signal.SIGTERM),
         (["-m", "ccplan", "methods"], "ccplan.errors", signal.SIGINT),
@@ -104,7 +104,7 @@ import hashlib, sys
 from pathlib import Path
 import ccplan.cli
 from ccplan.limits import note_incumbent
-from ccplan.methods import SolveOptions, get_engine, register
+from ccplan.contract import SolveOptions, get_engine, register
 
 mark = Path(sys.argv[1])
 with_incumbent = sys.argv[2] == "yes"
@@ -170,7 +170,7 @@ def test_interrupt_while_stuck_without_incumbent_leaves_no_staged_log(tmp_path: 
 STUCK_SWEEP_MODULE = """
 import hashlib, os
 from pathlib import Path
-from ccplan.methods import register
+from ccplan.contract import register
 
 @register("stuck")
 def stuck(instance, options):
@@ -232,10 +232,11 @@ def test_milp_notes_every_verified_incumbent_for_the_watcher() -> None:
     """``milp`` hands its verified incumbents to :func:`ccplan.limits.note_incumbent` (what
     the watcher writes when the engine cannot return in time); the noted schedule is one of
     this instance and verifies."""
+    from ccplan.contract import SolveOptions
     from ccplan.instances import make_collective, make_instance
     from ccplan.instances.builtin import resolve_topology
     from ccplan.limits import best_incumbent, clear_incumbent
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.pipeline.solve import solve
 
     clear_incumbent()
     topo = resolve_topology("ring", n=4)
@@ -253,11 +254,12 @@ def test_ctrl_c_in_milps_warm_start_ends_the_run_with_its_schedule(monkeypatch: 
     best so far flagged ``interrupted``; ``milp`` must stop there with that schedule
     (``SolveInterrupted`` carrying it, verified) instead of going on to the flow bound and
     the solver until the watcher gives up ("nothing saved")."""
-    from ccplan import methods
+    from ccplan import contract as methods
+    from ccplan.contract import Outcome, SolveOptions
     from ccplan.errors import SolveInterrupted
     from ccplan.instances import make_collective, make_instance
     from ccplan.instances.builtin import resolve_topology
-    from ccplan.methods import Outcome, SolveOptions, solve
+    from ccplan.pipeline.solve import solve
 
     ring = methods.get_engine("ring")
     calls: list[str] = []

@@ -17,20 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from ccplan.contract import SolveOptions
 from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances import Link, Node, Topology, make_collective, make_instance
 from ccplan.instances.builtin import resolve_topology
-from ccplan.limits import (
-    Deadline,
-    OutOfTimeError,
-    budget,
-    estimate_collective,
-    estimate_solve,
-    horizon_lower_bound,
-    memory_budget,
-    parse_budget,
-)
-from ccplan.methods import SolveOptions, solve
+from ccplan.instances.estimate import estimate_collective, horizon_lower_bound
+from ccplan.limits import Deadline, OutOfTimeError, budget, memory_budget, parse_budget
+from ccplan.pipeline.estimate import estimate_solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule import load_schedule, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,7 +238,7 @@ def test_deliveries_per_node_equal_the_demands(kind, args):
     the counts of ``Collective.demands``, which they no longer build (1.45 GB at 4,096 GPUs)."""
     from collections import Counter
 
-    from ccplan.limits import _deliveries_per_node
+    from ccplan.instances.estimate import _deliveries_per_node
 
     topo = resolve_topology("ndv2", chassis=2)
     inst = make_instance(topo, make_collective(kind, topo, **args), "1MB")
@@ -293,8 +287,9 @@ def test_verify_budget_is_the_column_verifiers_for_a_columnar_file(tmp_path):
     dropped (a node misses a chunk: the column check fails) is refused before the replay
     that would list the violation; under the default budget that file gives exit 1.
     """
-    from ccplan.limits import estimate_schedule, estimate_verify
     from ccplan.schedule import Schedule, save_schedule
+    from ccplan.schedule.estimate import estimate_schedule
+    from ccplan.schedule.verify import estimate_verify
 
     topo = resolve_topology("torus2d", rows=8, cols=8)
     inst = make_instance(topo, make_collective("allgather", topo), "1MB")

@@ -1,6 +1,6 @@
 """The solve estimate counts deliveries from the pre/postcondition tables.
 
-Expected values are the formula of :func:`ccplan.limits.estimate_solve` evaluated over the
+Expected values are the formula of :func:`ccplan.pipeline.estimate.estimate_solve` evaluated over the
 collective's own ``demands`` tuple (the enumeration the estimate no longer builds).
 """
 
@@ -10,15 +10,15 @@ import pytest
 
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
+from ccplan.instances.estimate import horizon_lower_bound
 from ccplan.limits import (
     BYTES_PER_DEMAND,
     BYTES_PER_DEMAND_OF,
     BYTES_PER_HORIZON_SLOT,
     BYTES_PER_LINK_SLOT,
     BYTES_PER_LINK_SLOT_OF,
-    estimate_solve,
-    horizon_lower_bound,
 )
+from ccplan.pipeline.estimate import estimate_solve
 
 KINDS = ("allgather", "broadcast", "alltoall", "gather", "scatter", "reducescatter", "allreduce")
 

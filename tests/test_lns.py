@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import dgx1
-from ccplan.methods import SolveOptions, solve
 from ccplan.model import exact
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.lns import Neighbourhood, build_neighbourhood_model, restrict, score
 from ccplan.model.milp import build_model, schedule_from_model
 from ccplan.model.size import estimate_size
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 

@@ -209,7 +209,8 @@ def test_questions_on_one_model_answer_as_fresh_builds(strategy: str) -> None:
     from test_exact_search import ABOVE, _highs_optimum
 
     from ccplan.bounds import lower_bound_slots
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.contract import SolveOptions
+    from ccplan.pipeline.solve import solve
 
     inst = ABOVE["switch-broadcast-C2-16MB-single-port"]
     truth = _highs_optimum(inst)

@@ -375,9 +375,9 @@ def test_in_network_reduction_becomes_one_transfer_per_part() -> None:
 def test_combining_engine_schedules_export(topo_name: str, kind: str) -> None:
     """Combining schedules of the heuristic engine (reversed AllGather / Broadcast, + AllGather)
     export, and the simulation finds every contribution summed exactly once at its owners."""
-    combine = pytest.importorskip("ccplan.heuristics.combine")
+    combine = pytest.importorskip("ccplan.pipeline.combining")
+    from ccplan.contract import method_names
     from ccplan.instances.combining import make_combining
-    from ccplan.methods import method_names
 
     if "heuristic" not in method_names():
         pytest.skip("no 'heuristic' method registered")
@@ -464,7 +464,8 @@ def test_good_fixtures_pass() -> None:
 
 def test_optional_heuristic_engine_round_trip() -> None:
     """If the heuristic engine is registered, its schedule exports and validates too."""
-    from ccplan.methods import method_names, solve
+    from ccplan.contract import method_names
+    from ccplan.pipeline.solve import solve
 
     if "heuristic" not in method_names():
         pytest.skip("no 'heuristic' method registered yet")
@@ -491,8 +492,9 @@ def test_export_defaults_work_for_alltoall_and_long_allreduce(tmp_path: Path) ->
     steps in one thread block on one channel, so it spreads over more channels. Both XMLs
     pass the validator against the instance, and an explicit setting is kept as given."""
     from ccplan.cli import main
+    from ccplan.contract import SolveOptions
     from ccplan.export.msccl import export_msccl
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.pipeline.solve import solve
     from ccplan.schedule import save_schedule
 
     ring = ring_topology(4)

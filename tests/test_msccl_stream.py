@@ -33,7 +33,8 @@ def _allgather(topo_fn: object, chunks: int = 1) -> tuple[Instance, Schedule]:
 
 
 def _solved(kind: str, topo_fn: object, chunks: int = 1) -> tuple[Instance, Schedule]:
-    from ccplan.methods import SolveOptions, solve
+    from ccplan.contract import SolveOptions
+    from ccplan.pipeline.solve import solve
 
     topo = topo_fn()  # type: ignore[operator]
     inst = make_instance(topo, make_collective(kind, topo, chunks), "1MB")

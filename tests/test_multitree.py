@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.heuristics.multitree import Edge, build_trees, search_height, split_chunks, undirected_edges
 from ccplan.instances.builtin import dgx1, dgx2, ndv2, ring, star_switch
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.combining import allreduce, reduce, reducescatter
 from ccplan.instances.instance import make_instance
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.solve import solve
 
 # The 4-cycle 0-1-2-3-0 with unit lengths; the edge 3-0 is half as wide.
 SQUARE = [Edge(0, 1, 10.0, 1), Edge(1, 2, 10.0, 1), Edge(2, 3, 10.0, 1), Edge(0, 3, 5.0, 1)]

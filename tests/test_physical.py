@@ -18,10 +18,11 @@ import time
 import numpy as np
 import pytest
 
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, Topology, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import amd, dgx1, dgx2, hypercube, ndv2, star_switch, torus2d
-from ccplan.methods import SolveOptions, solve
 from ccplan.physical import PhysicalBound, physical_bound
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.simulate import simulate
 from tests.helpers import full_topology, ring_topology, star_topology
 

@@ -160,7 +160,7 @@ def test_alltoall_falls_back_to_out_of_place(tmp_path: Path) -> None:
 
 def _interrupting_engine(instance, options):  # type: ignore[no-untyped-def]
     """The ring schedule, reported as the best-so-far of an engine stopped by Ctrl-C."""
-    from ccplan.methods import Outcome, get_engine
+    from ccplan.contract import Outcome, get_engine
 
     out = get_engine("ring")(instance, options)
     return Outcome(out.schedule, "feasible", details={"interrupted": True})
@@ -172,7 +172,7 @@ def test_interrupted_cell_stops_the_plan_and_keeps_finished_work(
     """Cells run in order heuristic@64KB, stopper@64KB, heuristic@1MB, stopper@1MB; the
     second reports an interruption, so the plan stops after 2 of 4 cells, still writes the
     64KB XML and report, and the CLI exits 130 naming the report."""
-    from ccplan import methods
+    from ccplan import contract as methods
     from ccplan.errors import SolveInterrupted
 
     monkeypatch.setitem(methods._ENGINES, "stopper", _interrupting_engine)

@@ -30,11 +30,12 @@ from dataclasses import dataclass
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions, method_names
 from ccplan.errors import CCPlanError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.combining import make_combining
 from ccplan.instances.topology import Topology
-from ccplan.methods import SolveOptions, method_names, solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 N_FABRICS = int(os.environ.get("CCPLAN_FABRICS", "200"))

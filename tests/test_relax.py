@@ -1,4 +1,4 @@
-"""The flow-over-time bound (:mod:`ccplan.model.relax`) against true optima.
+"""The flow-over-time bound (:mod:`ccplan.bounds.flow_lp`) against true optima.
 
 Optima come from the exact engine (CP-SAT on the paper's model, status ``optimal``); the
 bound is computed from scratch (``lower=0``, not from :mod:`ccplan.bounds`), so the test
@@ -14,11 +14,12 @@ from functools import cache
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.topology import Node, Topology
-from ccplan.methods import SolveOptions, solve
-from ccplan.model.relax import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
+from ccplan.bounds.flow_lp import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
+from ccplan.pipeline.solve import solve
 
 BANDWIDTHS = (12.5, 25.0, 50.0)
 ALPHAS = (0.0, 0.3, 1.5, 4.0)
@@ -224,7 +225,7 @@ def test_certificate_from_duals() -> None:
     must still be an upper bound, hence no refutation: ``supply * sum(max(0, -c))`` is
     ``7 * (number of arcs into GPU 1)``, far above 7.
     """
-    from ccplan.model import relax
+    from ccplan.bounds import flow_lp as relax
 
     topo = mini_chassis(2, 4)
     inst = make_instance(topo, make_collective("allgather", topo), "1MB")
@@ -280,7 +281,7 @@ def test_bisection_gives_the_stepwise_bound() -> None:
     """:func:`flow_bound_between` (bisection between a lower bound and a makespan) gives the
     value of :func:`flow_bound`'s step-by-step search over every destination, from scratch
     and up to three slots above the optimum, on all the instances above."""
-    from ccplan.model.relax import flow_bound_between
+    from ccplan.bounds.flow_lp import flow_bound_between
 
     fewer = 0
     for name, inst in CASES.items():
@@ -340,7 +341,7 @@ def test_gates_of_the_flow_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """It runs only with an open gap, where the relaxation applies, under the size limit
     (lifted by ``mode=True``) and within its time (a time limit of 0 leaves the lower bound,
     still valid)."""
-    from ccplan.model import relax
+    from ccplan.bounds import flow_lp as relax
 
     topo = mini_chassis(2, 4)
     inst = make_instance(topo, make_collective("allgather", topo), "1MB")

@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
-from ccplan.heuristics.cutaware import CutAwareOptions, cluster_levels, cut_aware_schedule, has_chassis
+from ccplan.heuristics.cutaware import CutAwareOptions, cluster_levels, cut_aware_schedule
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
-from ccplan.methods import SolveOptions, solve
+from ccplan.instances.clusters import has_chassis
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 

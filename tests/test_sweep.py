@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from ccplan.contract import Outcome, SolveOptions, register
 from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances.instance import Instance
-from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.sweep import (
     COLUMNS,

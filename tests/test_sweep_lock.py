@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW_MODULE = """
 import os, time
 from pathlib import Path
-from ccplan.methods import get_engine, register
+from ccplan.contract import get_engine, register
 
 @register("slow-ring")
 def slow_ring(instance, options):

@@ -13,12 +13,13 @@ import time
 
 import pytest
 
+from ccplan.contract import SolveOptions
 from ccplan.heuristics import layered as layered_mod
 from ccplan.heuristics.tree_fallback import applies, tree_fallback
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import resolve_topology
 from ccplan.limits import OutOfTimeError
-from ccplan.methods import SolveOptions, solve
+from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 # What the engine may run past its limit: the deadline is read once per model row or layer,

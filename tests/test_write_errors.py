@@ -55,7 +55,7 @@ def test_solve_outputs_on_a_full_disk_leave_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``solve --out --report``: the report fails half-written; neither target appears and
-    no staged file stays (all or none, :mod:`ccplan.export.atomic`)."""
+    no staged file stays (all or none, :mod:`ccplan.atomic`)."""
     _full_disk_on(monkeypatch, "r")
     code = cli.main([
         "solve", "--topology", "ring", "--topo-arg", "n=4", "--method", "ring", "--quiet",

@@ -57,8 +57,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ccplan.atomic import sigint_blocked, staging_path
 from ccplan.errors import ValidationError
-from ccplan.export.atomic import sigint_blocked, staging_path
 from ccplan.instances.collectives import Chunk, Collective
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule

@@ -38,12 +38,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from itertools import pairwise
 
+from ccplan.contract import Outcome, SolveOptions, register
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 
 _DEADLINE: ContextVar[Deadline] = ContextVar("ccplan_baseline_deadline", default=NEVER)

@@ -56,13 +56,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from ccplan.contract import Outcome, SolveOptions, constructor_outcome, register
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_matrix
 from ccplan.instances.topology import Topology
 from ccplan.limits import NEVER, Deadline
-from ccplan.methods import Outcome, SolveOptions, constructor_outcome, register
 from ccplan.schedule.core import Schedule
 
 log = logging.getLogger(__name__)
@@ -1224,7 +1224,7 @@ def _within_time_limit(instance: Instance, opts: LayeredOptions, limit: float) -
     construction goes straight to the fallback.
     """
     from ccplan.heuristics import tree_fallback as fb
-    from ccplan.limits import count_deliveries
+    from ccplan.instances.estimate import count_deliveries
 
     start = time.perf_counter()
     usable = fb.applies(instance)

@@ -120,12 +120,12 @@ from typing import Any
 
 import numpy as np
 
+from ccplan.contract import Outcome, SolveOptions, register, run_constructor
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.instances.paths import latency_distances, latency_matrix
 from ccplan.limits import NEVER, Deadline
-from ccplan.methods import Outcome, SolveOptions, register, run_constructor
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)

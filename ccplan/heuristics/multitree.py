@@ -46,11 +46,11 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from ccplan.contract import Outcome, SolveOptions, register
 from ccplan.errors import ValidationError
 from ccplan.heuristics.baselines import Placer
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
-from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 
 log = logging.getLogger(__name__)

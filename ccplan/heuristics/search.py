@@ -49,8 +49,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ccplan.contract import Outcome, SolveOptions, register
 from ccplan.errors import CCPlanError, ValidationError
-from ccplan.heuristics.cutaware import CutAwareOptions, cut_aware_schedule, has_chassis
+from ccplan.heuristics.cutaware import CutAwareOptions, cut_aware_schedule
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
     MtegOptions,
@@ -61,10 +62,10 @@ from ccplan.heuristics.mteg import (
     latency_bound,
     mteg_schedule,
 )
+from ccplan.instances.clusters import has_chassis
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -211,8 +212,8 @@ def heuristic_search(
     def safety_net() -> None:
         # Under a hard limit, a classic ring (seconds even for 16000 chunks) first, so that a
         # verified schedule exists when no MTEG variant completes in time.
+        from ccplan.contract import get_engine
         from ccplan.heuristics.baselines import supports
-        from ccplan.methods import get_engine
 
         left = hard.remaining()
         if not supports(SAFETY_NET, instance.collective.kind) or left <= 0:

@@ -19,7 +19,7 @@ send waits for a better moment and no tree is chosen for its load -- only a comp
 
 It covers data-movement collectives in the paper's model: no ``single_port``, no outages,
 store-and-forward switches (a cut-through instance reaches the engines as its
-store-and-forward twin, :mod:`ccplan.heuristics.cut_through`); elsewhere
+store-and-forward twin, :mod:`ccplan.schedule.cut_through`); elsewhere
 :func:`tree_fallback` returns None.
 """
 

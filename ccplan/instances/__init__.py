@@ -1,6 +1,7 @@
 """Topologies, collectives and slotted instances (no solver code lives here)."""
 
-from ccplan.instances.collectives import COLLECTIVES, Chunk, Collective, make_collective
+from ccplan.instances.catalog import COLLECTIVES, make_collective
+from ccplan.instances.collectives import Chunk, Collective
 from ccplan.instances.instance import Instance, format_size, make_instance, parse_size
 from ccplan.instances.topology import Link, Node, Topology, make_topology
 

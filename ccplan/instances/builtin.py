@@ -134,7 +134,7 @@ def _link_params(bandwidth_GBps: object, alpha_us: object, where: str) -> tuple[
 def _guard(where: str, num_nodes: int, num_links: int) -> None:
     """Refuse a topology over the memory budget from its node and link counts, before any of
     its link lists exists (``fully_connected`` with n = 100,000 would build 10^10 of them)."""
-    from ccplan.limits import estimate_topology
+    from ccplan.instances.estimate import estimate_topology
 
     estimate_topology(where, num_nodes, num_links).check()
 

@@ -134,7 +134,7 @@ class Collective:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], topology: Topology) -> Collective:
+    def from_custom(cls, data: Mapping[str, Any], topology: Topology) -> Collective:
         """Rebuild from :meth:`to_dict` output for ``topology``."""
         if not isinstance(data, Mapping):
             raise ValidationError("collective must be a JSON object")
@@ -154,15 +154,7 @@ class Collective:
             )
             coll.check_against(topology)
             return coll
-        check_keys(data, {"kind", "chunks", "root", "dests"}, {"kind"}, "collective")
-        dests = data.get("dests")
-        return make_collective(
-            str(kind),
-            topology,
-            chunks=data.get("chunks", 1),
-            root=data.get("root"),
-            dests=tuple(dests) if dests is not None else None,
-        )
+        raise ValidationError(f"collective.kind {kind!r}: not custom (see catalog.collective_from_dict)")
 
 
 def _int_field(value: object, what: str) -> int:
@@ -288,7 +280,7 @@ def alltoall(topology: Topology, chunks: int = 1, **_: Any) -> Collective:
 
 CollectiveFactory = Callable[..., Collective]
 
-COLLECTIVES: dict[str, CollectiveFactory] = {
+MOVEMENT: dict[str, CollectiveFactory] = {
     "allgather": allgather,
     "alltoall": alltoall,
     "broadcast": broadcast,
@@ -298,43 +290,5 @@ COLLECTIVES: dict[str, CollectiveFactory] = {
 }
 """Registry of data-movement collectives by name."""
 
-ROOTED: set[str] = {"broadcast", "multicast", "gather", "scatter"}
-
-
-def make_collective(
-    kind: str,
-    topology: Topology,
-    chunks: int = 1,
-    root: int | None = None,
-    dests: Iterable[int] | None = None,
-) -> Collective:
-    """Build a registered collective by name.
-
-    Raises
-    ------
-    ValidationError
-        Unknown name, bad chunk count, root or destinations.
-    """
-    try:
-        factory = COLLECTIVES[kind]
-    except KeyError:
-        raise ValidationError(
-            f"collective {kind!r} is unknown (choose from {', '.join(sorted(COLLECTIVES))})"
-        ) from None
-    if kind in ROOTED and root is None:
-        root = topology.gpus[0]
-    from ccplan.limits import check_collective
-
-    check_collective(kind, topology, chunks)
-    return factory(topology, chunks=chunks, root=root, dests=dests)
-
-
-def _register_combining() -> None:
-    # Combining collectives live in their own module (it imports Collective from here).
-    from ccplan.instances.combining import COMBINING, ROOTED_COMBINING
-
-    COLLECTIVES.update(COMBINING)
-    ROOTED.update(ROOTED_COMBINING)
-
-
-_register_combining()
+ROOTED_MOVEMENT: frozenset[str] = frozenset({"broadcast", "multicast", "gather", "scatter"})
+"""The data-movement collectives that take a root."""

@@ -22,7 +22,6 @@ and the simulator):
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -31,9 +30,10 @@ from typing import Any
 import numpy as np
 
 from ccplan.errors import ValidationError
+from ccplan.instances.catalog import collective_from_dict
 from ccplan.instances.collectives import Collective
 from ccplan.instances.topology import Topology, check_keys
-from ccplan.parsing import int_value, show
+from ccplan.parsing import format_size, int_value, parse_size, show
 
 _EPS = 1e-9
 
@@ -44,60 +44,6 @@ SWITCH_MODELS: tuple[str, ...] = ("store-and-forward", "cut-through")
 
 TECCL_ALPHA_CAP = 200.0
 """TE-CCL's ``alpha_epoch_duration_ratio_max``: the largest ``min alpha / tau`` it accepts."""
-
-_SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-}
-
-
-def parse_size(text: str | int | float) -> float:
-    """Parse a data size: bytes as a number, or ``"1KB"``, ``"64MB"``, ``"1GB"``.
-
-    Units are decimal as in TE-CCL (1KB = 1000 bytes); ``KiB``/``MiB``/``GiB`` are binary.
-
-    Raises
-    ------
-    ValidationError
-        Unparseable text or a size that is not positive.
-    """
-    if isinstance(text, bool):
-        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
-    if isinstance(text, (int, float)):
-        try:
-            value = float(text)
-        except OverflowError:  # an int beyond the float range
-            value = math.inf
-    elif not isinstance(text, str):
-        raise ValidationError(f"size must be a number of bytes or like '1MB', got {show(text)}")
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-        if not match or match.group(2).upper() not in _SIZE_UNITS:
-            raise ValidationError(
-                f"size {show(text)} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
-            )
-        value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
-    if not math.isfinite(value) or value <= 0:
-        raise ValidationError(f"size must be positive, got {show(text)}")
-    if value < 1:
-        raise ValidationError(f"size must be at least one byte, got {show(text)} ({value:g} bytes)")
-    return value
-
-
-def format_size(num_bytes: float) -> str:
-    """Inverse of :func:`parse_size` for round decimal sizes (``1e9 -> '1GB'``)."""
-    for unit in ("TB", "GB", "MB", "KB"):
-        factor = _SIZE_UNITS[unit]
-        if num_bytes >= factor and abs(num_bytes / factor - round(num_bytes / factor)) < 1e-9:
-            return f"{round(num_bytes / factor)}{unit}"
-    return f"{num_bytes:g}B"
 
 
 def _triple(value: Any, i: int) -> tuple[Any, ...]:
@@ -230,7 +176,7 @@ class Instance:
         ``tau_us`` of 1e-12 give per-hop slot counts no schedule could use; the message names
         the link and the value instead of an OverflowError later.
         """
-        from ccplan.limits import MAX_SLOTS_PER_HOP, slots_per_hop
+        from ccplan.instances.estimate import MAX_SLOTS_PER_HOP, slots_per_hop
 
         tau = self.tau_us
         if not (math.isfinite(tau) and tau > 0):
@@ -474,7 +420,7 @@ class Instance:
         }
         check_keys(data, allowed, {"topology", "collective", "size_bytes"}, "instance")
         topology = Topology.from_dict(data["topology"])
-        collective = Collective.from_dict(data["collective"], topology)
+        collective = collective_from_dict(data["collective"], topology)
         outages = data.get("outages", [])
         if not isinstance(outages, list) or any(not isinstance(o, list) or len(o) != 3 for o in outages):
             raise ValidationError("instance.outages must be a list of [src, dst, slot]")
@@ -494,7 +440,7 @@ class Instance:
 
     def with_switch_model(self, switch_model: str) -> Instance:
         """The same instance under another switch model (e.g. the store-and-forward twin a
-        heuristic solves before :mod:`ccplan.heuristics.cut_through` re-times it)."""
+        heuristic solves before :mod:`ccplan.schedule.cut_through` re-times it)."""
         return replace(self, switch_model=switch_model)
 
     def describe(self) -> str:

@@ -396,7 +396,7 @@ def make_topology(
         kinds[s] = "switch"
     duplex_links = list(duplex_links)
     directed_links = list(directed_links)
-    from ccplan.limits import estimate_topology
+    from ccplan.instances.estimate import estimate_topology
 
     estimate_topology(name, len(kinds), 2 * len(duplex_links) + len(directed_links)).check()
     links: list[Link] = []

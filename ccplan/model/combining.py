@@ -50,11 +50,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ccplan.contract import Outcome, SolveOptions, get_engine, register
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.limits import NEVER, Deadline, OutOfTimeError
-from ccplan.methods import Outcome, SolveOptions, register
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
@@ -372,8 +372,8 @@ def _upper(
 ) -> tuple[Schedule, int, str] | None:
     """The best verified schedule of :data:`DEFAULT_UPPER_METHODS` (None when the deadline
     passed before any of them found one)."""
-    from ccplan.methods import solve
-
+    # The engines as the registry hands them out (time reversal for the data-movement ones);
+    # each schedule is verified here, as the pipeline would.
     best: tuple[Schedule, int, str] | None = None
     for method in DEFAULT_UPPER_METHODS:
         if deadline.expired:
@@ -382,14 +382,18 @@ def _upper(
             break
         left = None if deadline.at == NEVER.at else max(deadline.remaining(), 1e-3)
         try:
-            result = solve(
-                instance, method, SolveOptions(time_limit=left, workers=options.workers, seed=options.seed)
+            outcome = get_engine(method)(
+                instance, SolveOptions(time_limit=left, workers=options.workers, seed=options.seed)
             )
         except ValidationError as exc:
             log.debug("upper bound by %s failed: %s", method, exc)
             continue
-        makespan, schedule = result.makespan_slots, result.schedule
-        if not result.verified or schedule is None or makespan is None:
+        schedule = outcome.schedule
+        if schedule is None:
+            continue
+        report = verify(instance, schedule)
+        makespan = report.makespan_slots
+        if not report.ok or makespan is None:
             continue
         if best is None or makespan < best[1]:
             best = (schedule, makespan, method)

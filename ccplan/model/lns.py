@@ -58,7 +58,7 @@ from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
 if TYPE_CHECKING:
-    from ccplan.model.exact import _Run
+    from ccplan.model.run import _Run
 
 log = logging.getLogger(__name__)
 
@@ -546,7 +546,7 @@ def _per_chunk_nonzeros(run: _Run, horizon: int) -> float:
 def _fits(run: _Run, restriction: Restriction | StartState, horizon: int) -> tuple[bool, float]:
     """The sub-model's (or the window model's) estimated size against the memory budget and
     the time left."""
-    from ccplan.model.exact import BUILD_SHARE
+    from ccplan.model.run import BUILD_SHARE
 
     if isinstance(restriction, StartState):
         est = estimate_size(run.instance, horizon, start=restriction)
@@ -562,7 +562,7 @@ def _better_start(run: _Run, share: float = LNS_HEURISTIC_SHARE, seed: int = 1) 
     :data:`LNS_HEURISTIC_CAP` s); keep its schedule if it verifies and is better. Only when
     the warm start was that portfolio (or the greedy fallback) and no explicit horizon or
     given schedule is in play. Returns the seconds spent."""
-    from ccplan.methods import SolveOptions, get_engine
+    from ccplan.contract import SolveOptions, get_engine
 
     if run.options.horizon is not None or run.warm_method not in ("heuristic", "greedy"):
         return 0.0
@@ -596,8 +596,8 @@ def lns_search(run: _Run, horizon: int) -> bool:
     rotation, names of :data:`NEIGHBOURHOODS`; ``slots`` is left out on instances with
     cut-through switches).
     """
-    from ccplan.model.exact import _progress, solve_model_with
     from ccplan.model.milp import schedule_from_model
+    from ccplan.model.run import _progress, solve_model_with
 
     report = LnsReport()
     run.lns_report = report

@@ -54,7 +54,7 @@ def schedule_columns(schedule: Schedule) -> dict[str, np.ndarray]:
 
 def save_columnar(path: str | Path, instance: Instance, schedule: Schedule) -> None:
     """Write the columnar file atomically (a temporary file renamed into place)."""
-    from ccplan.export.atomic import staging_path
+    from ccplan.atomic import staging_path
 
     target = Path(path)
     if target.is_dir():
@@ -194,7 +194,7 @@ def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
     """Read a file written by :func:`save_columnar` into ``(instance, schedule)``.
 
     The number of sends is read from the columns' headers first and checked against the
-    memory budget (:func:`ccplan.limits.estimate_columnar_load`) before any column is
+    memory budget (:func:`ccplan.schedule.estimate.estimate_columnar_load`) before any column is
     decompressed.
 
     Raises
@@ -205,7 +205,7 @@ def load_columnar(path: str | Path) -> tuple[Instance, Schedule]:
     ResourceLimitError
         The declared sends would not fit the memory budget.
     """
-    from ccplan.limits import estimate_columnar_load
+    from ccplan.schedule.estimate import estimate_columnar_load
 
     where = f"schedule file {str(path)!r}"
     with _open(path, where) as data:

@@ -38,7 +38,7 @@ from collections.abc import Iterable
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule, Send
-from ccplan.schedule.verify import Occupancy, Report, Violation
+from ccplan.schedule.report import Occupancy, Report, Violation
 
 COMBINING_VIOLATION_KINDS: tuple[str, ...] = (
     "unknown-chunk",

@@ -8,10 +8,8 @@ A schedule file is self-contained: it carries the instance (topology inline) and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +17,7 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
-from ccplan.instances.topology import check_keys, load_json
+from ccplan.instances.topology import check_keys
 from ccplan.parsing import MAX_INDEX, int_value, show
 
 SCHEDULE_FORMAT = "ccplan-schedule/1"
@@ -400,42 +398,3 @@ class Schedule:
         return instance, cls(sends, method=method)
 
 
-def save_schedule(path: str | Path, instance: Instance, schedule: Schedule) -> None:
-    """Write a schedule file atomically (a temporary file renamed into place).
-
-    A path ending in ``.npz`` gets the compact columnar file of :mod:`ccplan.schedule.columnar`
-    (for big schedules); any other path the JSON file.
-    """
-    from ccplan.export.atomic import write_atomic
-    from ccplan.schedule.columnar import is_columnar, save_columnar
-
-    if is_columnar(path):
-        save_columnar(path, instance, schedule)
-        return
-
-    text = json.dumps(schedule.to_dict(instance), indent=None, separators=(",", ":"))
-    write_atomic(path, text + "\n")
-
-
-def load_schedule(path: str | Path, *, check_budget: bool = True) -> tuple[Instance, Schedule]:
-    """Read a schedule file written by :func:`save_schedule` (JSON, or columnar for ``.npz``).
-
-    Parameters
-    ----------
-    path : str or Path
-    check_budget : bool
-        Refuse (:class:`~ccplan.errors.ResourceLimitError`) a schedule whose replay by the
-        verifier, simulator or exporters would not fit the memory budget
-        (:func:`ccplan.limits.estimate_schedule`).
-    """
-    from ccplan.schedule.columnar import is_columnar, load_columnar
-
-    if is_columnar(path):
-        instance, schedule = load_columnar(path)
-    else:
-        instance, schedule = Schedule.from_dict(load_json(path, "schedule"))
-    if check_budget:
-        from ccplan.limits import estimate_schedule
-
-        estimate_schedule(instance, schedule, f"schedule file {str(path)!r}").check()
-    return instance, schedule

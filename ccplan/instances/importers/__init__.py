@@ -80,7 +80,7 @@ def detect_format(text: str, source: str = "<input>") -> str:
 def read_machine(path: str | Path, fmt: str = "auto", nvswitch: str = "auto") -> Machine:
     """Parse a tool's output file into a :class:`Machine` (classes not yet turned into numbers)."""
     p = Path(path)
-    from ccplan.limits import estimate_import_text
+    from ccplan.instances.estimate import estimate_import_text
 
     try:
         estimate_import_text(f"topology file {str(p)!r}", p.stat().st_size).check()
@@ -151,7 +151,7 @@ def import_topology(
         )
     topo = machine.to_topology(d, pcie=pcie, pcie_gen=pcie_gen)
     if network is not None and network.nodes > 1:
-        from ccplan.limits import estimate_joined_machines
+        from ccplan.instances.estimate import estimate_joined_machines
 
         # before any copy is made: --nodes 100000 would grow for minutes, then past the budget
         estimate_joined_machines(topo, network.nodes, network.nics_per_node).check()

@@ -1,98 +1,27 @@
-"""The method registry and the one solve pipeline every engine goes through.
+"""The one solve pipeline every engine goes through.
 
-An engine is a function ``(instance, options) -> Outcome``. It is registered by name with
-:func:`register` in its own module; :data:`METHOD_MODULES` says which module to import for a
-name, so that ``ccplan solve --method ring`` never imports Pyomo. :func:`solve` runs the
-engine, then verifies its schedule independently and attaches the lower bound, so every
+:func:`solve` checks the memory estimate, runs the engine as the registry hands it out
+(:func:`ccplan.contract.get_engine`, with the pipeline's adapters: cut-through twin, time
+reversal), then verifies its schedule independently and attaches the lower bound, so every
 :class:`Result` a user sees has been checked.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from ccplan.contract import Outcome, SolveOptions, get_engine
 from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import Report, verify
 
 log = logging.getLogger(__name__)
-
-STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
-
-
-@dataclass(frozen=True)
-class SolveOptions:
-    """Options shared by all engines; each engine reads what applies to it.
-
-    Parameters
-    ----------
-    time_limit : float, optional
-        Wall-clock seconds for the engine (solver or heuristic search).
-    workers : int
-        CP-SAT ``num_workers``; 2 matches the 2-core machines this is developed on.
-    seed : int
-        Random seed (CP-SAT ``random_seed``, heuristic restarts).
-    horizon : int, optional
-        Slot horizon H for time-indexed engines; None lets the engine choose a safe one.
-    warm_start : bool
-        Let the exact engine start from the heuristic's schedule.
-    log_path, progress_path, dump_model : Path, optional
-        Solver log, incumbent/bound CSV, LP/MPS export of the model.
-    extra : mapping
-        Engine-specific settings (e.g. CP-SAT parameters as text under ``"cpsat_params"``).
-    """
-
-    time_limit: float | None = None
-    workers: int = 2
-    seed: int = 0
-    horizon: int | None = None
-    warm_start: bool = True
-    log_path: Path | None = None
-    progress_path: Path | None = None
-    dump_model: Path | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.time_limit is not None and not self.time_limit > 0:
-            raise ValidationError(f"time_limit must be positive, got {self.time_limit!r}")
-        if not isinstance(self.workers, int) or self.workers < 1:
-            raise ValidationError(f"workers must be a positive integer, got {self.workers!r}")
-        if self.horizon is not None and (not isinstance(self.horizon, int) or self.horizon < 1):
-            raise ValidationError(f"horizon must be a positive integer, got {self.horizon!r}")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What an engine returns.
-
-    Parameters
-    ----------
-    schedule : Schedule or None
-        None when the engine found none (infeasible horizon, time out).
-    status : str
-        One of :data:`STATUSES`; ``optimal`` only with a proof.
-    bound_slots : float, optional
-        The engine's own lower bound on the makespan (e.g. CP-SAT's best bound).
-    details : mapping
-        Anything else worth reporting (model size, trajectory, variant, hint status ...).
-    """
-
-    schedule: Schedule | None
-    status: str
-    bound_slots: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
 @dataclass(frozen=True)
@@ -218,99 +147,6 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-Engine = Callable[[Instance, SolveOptions], Outcome]
-
-_ENGINES: dict[str, Engine] = {}
-
-METHOD_MODULES: dict[str, str] = {}
-"""Method name -> module that registers it (imported on first use)."""
-
-
-def run_constructor(
-    build: Callable[[Any], Any], time_limit: float | None, variant: str
-) -> tuple[Any, Outcome | None]:
-    """Run a one-shot schedule constructor (``build(deadline)``) under ``time_limit``.
-
-    Returns ``(its result, None)``, or ``(None, the Outcome that says why there is none)``
-    when the deadline passed or Ctrl-C came: such a constructor has nothing complete to
-    hand out before it ends (the Ctrl-C contract of :mod:`ccplan.errors`).
-    """
-    from ccplan.limits import Deadline, OutOfTimeError
-
-    try:
-        return build(Deadline.after(time_limit)), None
-    except OutOfTimeError:
-        reason = f"time limit of {time_limit:g} s reached" if time_limit is not None else "out of time"
-        return None, Outcome(schedule=None, status="unknown", details={"variant": variant, "reason": reason})
-    except KeyboardInterrupt:
-        return None, Outcome(schedule=None, status="unknown", details={"interrupted": True})
-
-
-def constructor_outcome(build: Callable[[Any], Schedule], time_limit: float | None, variant: str) -> Outcome:
-    """:func:`run_constructor` for a constructor that returns a :class:`Schedule`: its
-    ``feasible`` Outcome with ``details`` ``variant`` and ``seconds``, or the Outcome that
-    says why there is none."""
-    start = time.perf_counter()
-    schedule, failed = run_constructor(build, time_limit, variant)
-    if failed is not None:
-        return failed
-    return Outcome(
-        schedule=schedule,
-        status="feasible",
-        details={"variant": variant, "seconds": time.perf_counter() - start},
-    )
-
-
-def register(name: str) -> Callable[[Engine], Engine]:
-    """Decorator: register an engine under ``name``."""
-
-    def deco(func: Engine) -> Engine:
-        _ENGINES[name] = func
-        return func
-
-    return deco
-
-
-def declare(name: str, module: str) -> None:
-    """Tell the registry that ``module`` registers method ``name`` (lazy import)."""
-    METHOD_MODULES[name] = module
-
-
-def method_names() -> list[str]:
-    """All declared or registered method names, sorted."""
-    return sorted(set(METHOD_MODULES) | set(_ENGINES))
-
-
-def get_engine(name: str) -> Engine:
-    """The engine registered as ``name``; imports its module on first use."""
-    if name not in _ENGINES and name in METHOD_MODULES:
-        importlib.import_module(METHOD_MODULES[name])
-    try:
-        engine = _ENGINES[name]
-    except KeyError:
-        raise ValidationError(
-            f"method {name!r} is unknown (choose from {', '.join(method_names())})"
-        ) from None
-    return _cut_through_aware(name, engine)
-
-
-def _cut_through_aware(name: str, engine: Engine) -> Engine:
-    """``engine`` for any switch model: an engine that schedules switches as store-and-forward
-    nodes is run on the store-and-forward twin of a cut-through instance and its schedule
-    re-timed (:mod:`ccplan.heuristics.cut_through`), in this one place for every heuristic."""
-
-    def run(instance: Instance, options: SolveOptions) -> Outcome:
-        if not instance.bufferless:
-            return engine(instance, options)
-        from ccplan.heuristics.cut_through import CUT_THROUGH_NATIVE, solve_on_twin
-
-        if name in CUT_THROUGH_NATIVE:
-            return engine(instance, options)
-        return solve_on_twin(engine, instance, options)  # type: ignore[no-any-return]
-
-    return run
-
-
 def solve(instance: Instance, method: str, options: SolveOptions | None = None) -> Result:
     """Run ``method`` on ``instance``, verify its schedule and attach the lower bound.
 
@@ -323,27 +159,18 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     Raises
     ------
     ResourceLimitError
-        The instance would not fit the memory budget (:func:`ccplan.limits.estimate_solve`).
+        The instance would not fit the memory budget (:func:`ccplan.pipeline.estimate.estimate_solve`).
     SolveInterrupted
         Ctrl-C reached the engine; it carries the verified best schedule so far as a
         :class:`Result` (or None), per the contract in :mod:`ccplan.errors`.
     """
-    from ccplan.limits import estimate_solve
+    from ccplan.pipeline.estimate import estimate_solve
 
     opts = options or SolveOptions()
     engine = get_engine(method)
     estimate_solve(instance, method).check()
     start = time.perf_counter()
-    if instance.collective.combining:
-        from ccplan.heuristics.combine import NATIVE_COMBINING, solve_combining
-
-        if method not in NATIVE_COMBINING:
-            # Data-movement engines solve the reversed twin; the combine module reverses it.
-            outcome = solve_combining(instance, method, opts)
-        else:
-            outcome = engine(instance, opts)
-    else:
-        outcome = engine(instance, opts)
+    outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
     result = _verified_result(instance, method, outcome, seconds, opts)
     if outcome.details.get("interrupted"):
@@ -363,7 +190,7 @@ def _verified_result(
 
     The bound is the analytic one (:func:`ccplan.bounds.lower_bound_slots`), the engine's
     own, and where the gap is still open the flow-over-time LP bound
-    (:func:`ccplan.model.relax.gated_flow_bound`: small store-and-forward data-movement
+    (:func:`ccplan.bounds.flow_lp.gated_flow_bound`: small store-and-forward data-movement
     instances, within a share of the engine's time; ``options.extra["flow_bound"]`` False
     turns it off, True lifts its size limit), reported under ``details["flow_bound"]``.
     """
@@ -427,7 +254,7 @@ def _flow_bound(
     if isinstance(ran, Mapping) and ran.get("flow") is not None:
         return None
     mode = "auto" if options is None else options.extra.get("flow_bound", "auto")
-    from ccplan.model.relax import gated_flow_bound
+    from ccplan.bounds.flow_lp import gated_flow_bound
 
     try:
         return gated_flow_bound(
@@ -437,29 +264,3 @@ def _flow_bound(
     except (RuntimeError, ValueError, MemoryError) as exc:
         log.warning("flow-over-time bound skipped: %s", exc)
         return None
-
-
-# Built-in engines, imported on first use so that light methods never import Pyomo.
-for _name, _module in {
-    "milp": "ccplan.model.exact",
-    "mteg": "ccplan.heuristics.mteg",
-    "layered": "ccplan.heuristics.layered",
-    "cut-aware": "ccplan.heuristics.cutaware",
-    "heuristic": "ccplan.heuristics.search",
-    "multitree": "ccplan.heuristics.multitree",
-    "cluster-allreduce": "ccplan.heuristics.multitree",
-    "exact-combining": "ccplan.model.combining",
-    **{
-        name: "ccplan.heuristics.baselines"
-        for name in (
-            "ring",
-            "tree",
-            "double-binary-tree",
-            "recursive-doubling",
-            "recursive-halving-doubling",
-            "hierarchical",
-            "pairwise",
-        )
-    },
-}.items():
-    declare(_name, _module)

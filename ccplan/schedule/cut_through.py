@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
@@ -45,10 +43,6 @@ from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify
 
 log = logging.getLogger(__name__)
-
-CUT_THROUGH_NATIVE: frozenset[str] = frozenset({"milp"})
-"""Methods that model cut-through switches themselves (the MILP's ``c6_buffer_cut_through``);
-every other engine is run on the store-and-forward twin and re-timed by :func:`retime`."""
 
 
 @dataclass
@@ -264,23 +258,3 @@ def retime(instance: Instance, schedule: Schedule) -> Schedule:
     return best_out
 
 
-def solve_on_twin(engine: Callable[[Instance, Any], Any], instance: Instance, options: Any) -> Any:
-    """Run a store-and-forward ``engine`` on the twin of a cut-through ``instance`` and
-    re-time its schedule (:func:`retime`).
-
-    The engine's ``optimal`` status and its own bound are about the twin, not about
-    ``instance`` (cut-through can only be faster), so the status becomes ``feasible`` and the
-    bound is dropped; ``details["cut_through"]`` records the twin's makespan.
-    """
-    from ccplan.methods import Outcome
-
-    outcome = engine(instance.with_switch_model("store-and-forward"), options)
-    if outcome.schedule is None:
-        status = "unknown" if outcome.status == "optimal" else outcome.status
-        return replace(outcome, bound_slots=None, status=status)
-    twin_ms = verify(instance.with_switch_model("store-and-forward"), outcome.schedule).makespan_slots
-    schedule = retime(instance, outcome.schedule)
-    details = dict(outcome.details)
-    details["cut_through"] = {"retimed_from": "store-and-forward", "twin_makespan_slots": twin_ms}
-    status = "feasible" if outcome.status in ("optimal", "feasible") else outcome.status
-    return Outcome(schedule=schedule, status=status, bound_slots=None, details=details)

@@ -568,7 +568,7 @@ def gated_flow_bound(
     instance: Instance, lower: int, upper: int | None, *, engine_seconds: float = 0.0,
     arrivals: Any = None, mode: object = "auto", time_limit: float | None = None,
 ) -> FlowBound | None:
-    """The flow-over-time bound where it is worth its time (what ``ccplan.methods.solve``,
+    """The flow-over-time bound where it is worth its time (what ``ccplan.pipeline.solve``,
     ``ccplan.bounds.compute_bounds`` and ``ccplan bounds`` report).
 
     Runs :func:`flow_bound_between` only when ``upper`` (a verified makespan) is above

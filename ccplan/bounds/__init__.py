@@ -3,7 +3,7 @@ r"""Lower bounds on the makespan: latency, ingress and the max-flow cut bound.
 Every bound here is a *valid* lower bound for the canonical slot semantics of DESIGN.md (a send
 ``(chunk, u -> x, t)`` needs ``u`` to hold the chunk at the start of slot ``t``, occupies the link
 in slots ``t .. t+l-1``, and the chunk is usable at ``x`` from ``t + L``; at most ``omega`` chunks
-occupy a link per slot). The slot bounds are used by :func:`ccplan.methods.solve` to report a gap
+occupy a link per slot). The slot bounds are used by :func:`ccplan.pipeline.solve` to report a gap
 and by the exact engine to stop early.
 
 Notation: link ``e = (u, x)`` has occupancy ``l_e``, latency ``L_e = delta_e + l_e`` (slots;
@@ -170,7 +170,7 @@ log = logging.getLogger(__name__)
 
 BOUND_NAMES: tuple[str, ...] = ("latency", "ingress", "cut", "flow")
 """Names of the slot bounds, in the order used to break ties for :attr:`Bounds.best_name`
-(``flow``: the flow-over-time LP bound of :mod:`ccplan.model.relax`, when computed)."""
+(``flow``: the flow-over-time LP bound of :mod:`ccplan.bounds.flow_lp`, when computed)."""
 
 _SEARCH_LIMIT = 1 << 40
 _REL_TOL = 1e-12
@@ -195,7 +195,7 @@ class Bounds:
     time_windows : bool
         Whether the cut and ingress bounds used time windows.
     flow_slots : int, optional
-        The flow-over-time LP bound (:func:`ccplan.model.relax.gated_flow_bound`), when it
+        The flow-over-time LP bound (:func:`ccplan.bounds.flow_lp.gated_flow_bound`), when it
         ran: only with a verified makespan above the other bounds, on instances it applies
         to and within its size and time limits. Part of ``best_slots``.
     """
@@ -1392,8 +1392,8 @@ def compute_bounds(
         ForestColl-style cut generalised to slots.
     upper : int, optional
         The makespan of a verified schedule. When it is above the slot bounds, the
-        flow-over-time LP bound is computed as :func:`ccplan.methods.solve` computes it
-        (:func:`ccplan.model.relax.gated_flow_bound`, ``mode=flow``: ``"auto"``, True for no
+        flow-over-time LP bound is computed as :func:`ccplan.pipeline.solve` computes it
+        (:func:`ccplan.bounds.flow_lp.gated_flow_bound`, ``mode=flow``: ``"auto"``, True for no
         size limit, False never), with ``relax.FLOW_CAP`` seconds, and reported as
         ``flow_slots``.
 
@@ -1419,7 +1419,7 @@ def compute_bounds(
     values = {"latency": latency, "ingress": ingress, "cut": cut}
     flow_slots = None
     if upper is not None:
-        from ccplan.model.relax import FLOW_CAP, gated_flow_bound
+        from ccplan.bounds.flow_lp import FLOW_CAP, gated_flow_bound
 
         fb = gated_flow_bound(instance, max(values.values()), int(upper), mode=flow, time_limit=FLOW_CAP)
         if fb is not None:

@@ -1,0 +1,221 @@
+"""The engine contract: what every engine is given and returns, and the registry.
+
+An engine is a function ``(instance, options) -> Outcome`` registered by name with
+:func:`register` in its own module; :data:`METHOD_MODULES` says which module to import for a
+name, so that ``ccplan solve --method ring`` never imports Pyomo. Engines import this module
+and nothing of the pipeline above them (:mod:`ccplan.pipeline`). An engine that needs another
+engine (the exact engine's warm start, the ``heuristic`` portfolio) asks :func:`get_engine`,
+which hands out the engine as the pipeline adapts it: the pipeline installs its adapters
+(:func:`install_adapter`: the cut-through twin, the time reversal of combining collectives)
+and is imported on first use like an engine module (:data:`ADAPTER_MODULES`), so an engine
+run on its own gets the same behaviour as one run through :func:`ccplan.pipeline.solve`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccplan.errors import ValidationError
+from ccplan.instances.instance import Instance
+from ccplan.schedule.core import Schedule
+
+STATUSES: tuple[str, ...] = ("optimal", "feasible", "infeasible", "unknown")
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    """Options shared by all engines; each engine reads what applies to it.
+
+    Parameters
+    ----------
+    time_limit : float, optional
+        Wall-clock seconds for the engine (solver or heuristic search).
+    workers : int
+        CP-SAT ``num_workers``; 2 matches the 2-core machines this is developed on.
+    seed : int
+        Random seed (CP-SAT ``random_seed``, heuristic restarts).
+    horizon : int, optional
+        Slot horizon H for time-indexed engines; None lets the engine choose a safe one.
+    warm_start : bool
+        Let the exact engine start from the heuristic's schedule.
+    log_path, progress_path, dump_model : Path, optional
+        Solver log, incumbent/bound CSV, LP/MPS export of the model.
+    extra : mapping
+        Engine-specific settings (e.g. CP-SAT parameters as text under ``"cpsat_params"``).
+    """
+
+    time_limit: float | None = None
+    workers: int = 2
+    seed: int = 0
+    horizon: int | None = None
+    warm_start: bool = True
+    log_path: Path | None = None
+    progress_path: Path | None = None
+    dump_model: Path | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.time_limit is not None and not self.time_limit > 0:
+            raise ValidationError(f"time_limit must be positive, got {self.time_limit!r}")
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValidationError(f"workers must be a positive integer, got {self.workers!r}")
+        if self.horizon is not None and (not isinstance(self.horizon, int) or self.horizon < 1):
+            raise ValidationError(f"horizon must be a positive integer, got {self.horizon!r}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an engine returns.
+
+    Parameters
+    ----------
+    schedule : Schedule or None
+        None when the engine found none (infeasible horizon, time out).
+    status : str
+        One of :data:`STATUSES`; ``optimal`` only with a proof.
+    bound_slots : float, optional
+        The engine's own lower bound on the makespan (e.g. CP-SAT's best bound).
+    details : mapping
+        Anything else worth reporting (model size, trajectory, variant, hint status ...).
+    """
+
+    schedule: Schedule | None
+    status: str
+    bound_slots: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
+
+
+Engine = Callable[[Instance, SolveOptions], Outcome]
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+METHOD_MODULES: dict[str, str] = {}
+"""Method name -> module that registers it (imported on first use)."""
+
+
+def run_constructor(
+    build: Callable[[Any], Any], time_limit: float | None, variant: str
+) -> tuple[Any, Outcome | None]:
+    """Run a one-shot schedule constructor (``build(deadline)``) under ``time_limit``.
+
+    Returns ``(its result, None)``, or ``(None, the Outcome that says why there is none)``
+    when the deadline passed or Ctrl-C came: such a constructor has nothing complete to
+    hand out before it ends (the Ctrl-C contract of :mod:`ccplan.errors`).
+    """
+    from ccplan.limits import Deadline, OutOfTimeError
+
+    try:
+        return build(Deadline.after(time_limit)), None
+    except OutOfTimeError:
+        reason = f"time limit of {time_limit:g} s reached" if time_limit is not None else "out of time"
+        return None, Outcome(schedule=None, status="unknown", details={"variant": variant, "reason": reason})
+    except KeyboardInterrupt:
+        return None, Outcome(schedule=None, status="unknown", details={"interrupted": True})
+
+
+def constructor_outcome(build: Callable[[Any], Schedule], time_limit: float | None, variant: str) -> Outcome:
+    """:func:`run_constructor` for a constructor that returns a :class:`Schedule`: its
+    ``feasible`` Outcome with ``details`` ``variant`` and ``seconds``, or the Outcome that
+    says why there is none."""
+    start = time.perf_counter()
+    schedule, failed = run_constructor(build, time_limit, variant)
+    if failed is not None:
+        return failed
+    return Outcome(
+        schedule=schedule,
+        status="feasible",
+        details={"variant": variant, "seconds": time.perf_counter() - start},
+    )
+
+
+def register(name: str) -> Callable[[Engine], Engine]:
+    """Decorator: register an engine under ``name``."""
+
+    def deco(func: Engine) -> Engine:
+        _ENGINES[name] = func
+        return func
+
+    return deco
+
+
+def declare(name: str, module: str) -> None:
+    """Tell the registry that ``module`` registers method ``name`` (lazy import)."""
+    METHOD_MODULES[name] = module
+
+
+def method_names() -> list[str]:
+    """All declared or registered method names, sorted."""
+    return sorted(set(METHOD_MODULES) | set(_ENGINES))
+
+
+def get_engine(name: str) -> Engine:
+    """The engine registered as ``name``; imports its module on first use."""
+    if name not in _ENGINES and name in METHOD_MODULES:
+        importlib.import_module(METHOD_MODULES[name])
+    try:
+        engine = _ENGINES[name]
+    except KeyError:
+        raise ValidationError(
+            f"method {name!r} is unknown (choose from {', '.join(method_names())})"
+        ) from None
+    _load_adapters()
+    for adapter in _ADAPTERS:
+        engine = adapter(name, engine)
+    return engine
+
+
+Adapter = Callable[[str, Engine], Engine]
+"""``(method name, engine) -> engine``: a problem transformation of the pipeline."""
+
+_ADAPTERS: list[Adapter] = []
+
+ADAPTER_MODULES: tuple[str, ...] = ("ccplan.pipeline.adapters",)
+"""Modules that install the pipeline's adapters, imported on the first :func:`get_engine`."""
+
+
+def install_adapter(adapter: Adapter) -> None:
+    """Wrap every engine :func:`get_engine` hands out in ``adapter`` (once per adapter)."""
+    if adapter not in _ADAPTERS:
+        _ADAPTERS.append(adapter)
+
+
+def _load_adapters() -> None:
+    for module in ADAPTER_MODULES:
+        importlib.import_module(module)
+
+
+# Built-in engines, imported on first use so that light methods never import Pyomo.
+for _name, _module in {
+    "milp": "ccplan.model.exact",
+    "mteg": "ccplan.heuristics.mteg",
+    "layered": "ccplan.heuristics.layered",
+    "cut-aware": "ccplan.heuristics.cutaware",
+    "heuristic": "ccplan.heuristics.search",
+    "multitree": "ccplan.heuristics.multitree",
+    "cluster-allreduce": "ccplan.heuristics.multitree",
+    "exact-combining": "ccplan.model.combining",
+    **{
+        name: "ccplan.heuristics.baselines"
+        for name in (
+            "ring",
+            "tree",
+            "double-binary-tree",
+            "recursive-doubling",
+            "recursive-halving-doubling",
+            "hierarchical",
+            "pairwise",
+        )
+    },
+}.items():
+    declare(_name, _module)
