@@ -197,6 +197,9 @@ class Placer:
         self.hold: dict[tuple[Chunk, int], int] = {}
         """(chunk, node) -> slot from which the node holds the finished chunk."""
         self.busy: dict[tuple[Chunk, int], list[tuple[int, int]]] = defaultdict(list)
+        # combining collectives: the slot from which a switch holds the finished chunk (kept
+        # apart from hold, so no route takes a switch as a holder unless it starts there)
+        self.switch_full: dict[tuple[Chunk, int], int] = {}
         """(chunk, switch) -> [arrival, forward] intervals of partial sums in transit."""
         self._paths: dict[tuple[int, int, bool], list[int] | None] = {}
         self._sink_paths: dict[tuple[int, int, int | None], list[int] | None] = {}
@@ -302,13 +305,14 @@ class Placer:
         """
         if (chunk, v) in self.hold:
             return self.hold[(chunk, v)]
-        if (chunk, u) not in self.hold:
+        held = self.hold.get((chunk, u), self.switch_full.get((chunk, u)))
+        if held is None:
             raise ValidationError(f"internal: node {u} does not hold chunk {list(chunk)} for a copy")
         if path is None:
             path = self.path(u, v)
         if path is None:
             raise ValidationError(f"topology {self.topo.name!r} has no path {u}->{v}")
-        t = max(ready, self.hold[(chunk, u)])
+        t = max(ready, held)
         if self.instance.collective.combining:
             return self._copy_past_partials(chunk, path, t)
         for a, b in pairwise(path):
@@ -330,9 +334,11 @@ class Placer:
         taken as a holder of the finished chunk (a partial sum may pass it later); a GPU on
         the path that holds it sends it on."""
         kind = self.topo.kind
-        k = max(i for i, a in enumerate(path[:-1]) if kind[a] != "switch" and (chunk, a) in self.hold)
-        path = path[k:]
-        t0 = max(t, self.hold[(chunk, path[0])])
+        at_gpus = [i for i, a in enumerate(path[:-1]) if kind[a] != "switch" and (chunk, a) in self.hold]
+        # no GPU on the path holds it: the route starts at a switch that does (a tree edge out
+        # of a switch, multitree's broadcast phase)
+        path = path[max(at_gpus):] if at_gpus else path
+        t0 = max(t, self.hold.get((chunk, path[0]), self.switch_full.get((chunk, path[0]), t)))
         while True:
             plan = self._plan(path, t0)
             intervals = self._intervals(chunk, path, plan)
@@ -347,6 +353,8 @@ class Placer:
             arrival = self._book(link, s, chunk, "full")
             if kind[b] != "switch":
                 self.hold[(chunk, b)] = arrival
+            else:
+                self.switch_full.setdefault((chunk, b), arrival)
         return arrival
 
     def _partial_path(self, chunk: Chunk, u: int, v: int, sink: int | None, exchange: bool) -> list[int]:
