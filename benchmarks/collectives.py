@@ -23,13 +23,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ccplan.bounds import lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError
 from ccplan.instances import builtin
 from ccplan.instances.collectives import allgather
 from ccplan.instances.combining import allreduce
 from ccplan.instances.instance import Instance, make_instance
 from ccplan.instances.topology import Topology
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.combining import needs_reversal, solve_combining
 from ccplan.schedule.verify import verify
 

@@ -37,9 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx1, ndv2
+from ccplan.pipeline import get_engine
 from ccplan.schedule.verify import verify
 
 

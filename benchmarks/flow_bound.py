@@ -27,9 +27,9 @@ import os
 import time
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.bounds.flow_lp import destination_order, flow_bound, flow_bound_between
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import amd, dgx2, ndv2
-from ccplan.bounds.flow_lp import destination_order, flow_bound, flow_bound_between
 from ccplan.pipeline.solve import solve
 
 INSTANCES = {

@@ -397,8 +397,9 @@ def _rescue_solve(outputs: Any, instance: Any, method: str) -> str:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from ccplan.contract import SolveOptions, get_engine
+    from ccplan.contract import SolveOptions
     from ccplan.errors import SolveInterrupted
+    from ccplan.pipeline import get_engine
     from ccplan.pipeline.solve import solve
 
     outputs = _solve_outputs(args)  # bad output paths fail before any work starts

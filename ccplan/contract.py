@@ -3,19 +3,20 @@
 An engine is a function ``(instance, options) -> Outcome`` registered by name with
 :func:`register` in its own module; :data:`METHOD_MODULES` says which module to import for a
 name, so that ``ccplan solve --method ring`` never imports Pyomo. Engines import this module
-and nothing of the pipeline above them (:mod:`ccplan.pipeline`). An engine that needs another
-engine (the exact engine's warm start, the ``heuristic`` portfolio) asks :func:`get_engine`,
-which hands out the engine as the pipeline adapts it: the pipeline installs its adapters
-(:func:`install_adapter`: the cut-through twin, the time reversal of combining collectives)
-and is imported on first use like an engine module (:data:`ADAPTER_MODULES`), so an engine
-run on its own gets the same behaviour as one run through :func:`ccplan.pipeline.solve`.
+and nothing of the pipeline above them (:mod:`ccplan.pipeline`, which adapts each registered
+engine to every instance: the cut-through twin, the time reversal of combining collectives).
+An engine that needs another engine (the exact engine's warm start, the ``heuristic``
+portfolio's safety net) asks :func:`sub_engine`: within a solve the pipeline hands its adapted
+engines down (:func:`engines_from`), so no engine calls up into the pipeline by import.
 """
 
 from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,40 +160,44 @@ def method_names() -> list[str]:
     return sorted(set(METHOD_MODULES) | set(_ENGINES))
 
 
-def get_engine(name: str) -> Engine:
-    """The engine registered as ``name``; imports its module on first use."""
+def registered(name: str) -> Engine:
+    """The engine function registered as ``name`` (imports its module on first use), as its
+    module wrote it: for a store-and-forward instance of a data-movement collective. The
+    pipeline (:func:`ccplan.pipeline.get_engine`) adapts it to every instance."""
     if name not in _ENGINES and name in METHOD_MODULES:
         importlib.import_module(METHOD_MODULES[name])
     try:
-        engine = _ENGINES[name]
+        return _ENGINES[name]
     except KeyError:
         raise ValidationError(
             f"method {name!r} is unknown (choose from {', '.join(method_names())})"
         ) from None
-    _load_adapters()
-    for adapter in _ADAPTERS:
-        engine = adapter(name, engine)
-    return engine
 
 
-Adapter = Callable[[str, Engine], Engine]
-"""``(method name, engine) -> engine``: a problem transformation of the pipeline."""
+EngineSource = Callable[[str], Engine]
+"""``method name -> engine``: where :func:`sub_engine` finds the engines it hands out."""
 
-_ADAPTERS: list[Adapter] = []
-
-ADAPTER_MODULES: tuple[str, ...] = ("ccplan.pipeline.adapters",)
-"""Modules that install the pipeline's adapters, imported on the first :func:`get_engine`."""
+_ENGINE_SOURCE: ContextVar[EngineSource | None] = ContextVar("ccplan_engine_source", default=None)
 
 
-def install_adapter(adapter: Adapter) -> None:
-    """Wrap every engine :func:`get_engine` hands out in ``adapter`` (once per adapter)."""
-    if adapter not in _ADAPTERS:
-        _ADAPTERS.append(adapter)
+@contextmanager
+def engines_from(source: EngineSource) -> Iterator[None]:
+    """Within the block, :func:`sub_engine` hands out ``source``'s engines (the pipeline sets
+    its own, adapted ones, around every solve)."""
+    token = _ENGINE_SOURCE.set(source)
+    try:
+        yield
+    finally:
+        _ENGINE_SOURCE.reset(token)
 
 
-def _load_adapters() -> None:
-    for module in ADAPTER_MODULES:
-        importlib.import_module(module)
+def sub_engine(name: str) -> Engine:
+    """The engine ``name`` for an engine that needs another (the exact engine's warm start,
+    the ``heuristic`` portfolio's safety net): within a solve, as the pipeline runs it (with
+    its problem transformations, :func:`engines_from`); outside one, the registered function.
+    Engines never import the pipeline; it hands its engines down this way."""
+    source = _ENGINE_SOURCE.get()
+    return registered(name) if source is None else source(name)
 
 
 # Built-in engines, imported on first use so that light methods never import Pyomo.

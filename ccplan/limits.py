@@ -3,12 +3,11 @@
 This module knows no domain type. Each layer estimates its own work from numbers that are
 cheap to compute (:mod:`ccplan.instances.estimate`: topologies, collectives, imports, slots
 per hop; :mod:`ccplan.schedule.estimate`: replaying and loading schedules;
-:mod:`ccplan.pipeline.estimate`: a solve) and checks the :class:`Estimate` here. Every entry point (``solve``, ``bounds``, ``verify``, ``simulate``, ``export``, ``sweep``)
-estimates the memory its work needs from numbers that are cheap to compute (GPU count, chunk
-count, demands, slots per hop, the sends of a schedule) and raises
-:class:`~ccplan.errors.ResourceLimitError` when the estimate exceeds the memory budget. The
-error names the value that drives the estimate and the limit, so the CLI can print one line
-and exit with code 2 instead of growing until the machine swaps.
+:mod:`ccplan.pipeline.estimate`: a solve) and checks the :class:`Estimate` made here. Every
+entry point (``solve``, ``bounds``, ``verify``, ``simulate``, ``export``, ``sweep``) does so
+before its work and raises :class:`~ccplan.errors.ResourceLimitError` when the estimate
+exceeds the memory budget. The error names the value that drives the estimate and the limit,
+so the CLI can print one line and exit with code 2 instead of growing until the machine swaps.
 
 The budget is :data:`DEFAULT_MEMORY_BUDGET` bytes unless the environment variable
 ``CCPLAN_MEMORY_BUDGET`` (e.g. ``8GB``) or :func:`set_memory_budget` (the CLI's global

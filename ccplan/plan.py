@@ -116,11 +116,11 @@ class PlanRequest:
     alpha_threshold: float = 0.1
 
     def __post_init__(self) -> None:
-        from ccplan.contract import get_engine
         from ccplan.instances import make_collective, make_instance
         from ccplan.instances.catalog import ROOTED
         from ccplan.instances.instance import parse_size
         from ccplan.parsing import float_value, int_value, show
+        from ccplan.pipeline import get_engine
 
         # Everything a cell would refuse is refused here, before any cell runs, with the
         # checks `ccplan solve` applies to the same values (an error row per cell otherwise).

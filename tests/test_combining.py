@@ -14,12 +14,13 @@ from collections import defaultdict
 import pytest
 
 from ccplan.bounds import lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.instances.builtin import dgx1, fully_connected, line, ring, star_switch
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce, reducescatter
 from ccplan.instances.instance import Instance, make_instance
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.combining import reverse_schedule, solve_combining
 from ccplan.schedule.combining import verify_combining
 from ccplan.schedule.core import Schedule, Send

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from ccplan.bounds import compute_bounds, lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import star_switch
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import CUT_THROUGH_COMPONENTS, build_model, hint_from_schedule, schedule_from_model
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.simulate import simulate

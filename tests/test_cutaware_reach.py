@@ -20,11 +20,12 @@ import pytest
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.cli import main
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.heuristics.cutaware import cluster_levels
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import amd, dgx2, ndv2
 from ccplan.instances.topology import Topology
+from ccplan.pipeline import get_engine
 from ccplan.schedule.verify import verify
 
 FIVE = Path(__file__).parent / "data" / "five_gpu_single_port.json"

@@ -11,12 +11,13 @@ import sys
 import pytest
 
 from ccplan.bounds import lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import SolverUnavailableError, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import line, ring, star_switch
 from ccplan.model.exact import greedy_schedule, solve_model_with
 from ccplan.model.milp import build_model, hint_from_schedule, schedule_from_model
+from ccplan.pipeline import get_engine
 from ccplan.schedule.verify import verify
 
 

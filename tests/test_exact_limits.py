@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from ccplan.bounds import lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx1, line, ring
 from ccplan.model.exact import greedy_schedule
 from ccplan.model.milp import build_model, model_size
 from ccplan.model.size import estimate_size
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
@@ -200,7 +201,8 @@ _INTERRUPT_SCRIPT = """
 import json, sys
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import ndv2
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
+from ccplan.pipeline import get_engine
 from ccplan.schedule.verify import verify
 topo = ndv2(chassis=2)
 inst = make_instance(topo, make_collective("allgather", topo), "64KB")

@@ -177,9 +177,9 @@ def test_warm_start_of_a_tiny_model_is_one_round(monkeypatch) -> None:
     round (CP-SAT searches such a model in milliseconds); with the threshold at 0 the same
     instance, on which the heuristic cannot reach the bound, runs the first round plus at
     least ``WARM_START_PATIENCE`` more. Counted by wrapping the portfolio engine."""
-    from ccplan.contract import get_engine
     from ccplan.model import exact
     from ccplan.model.size import estimate_size
+    from ccplan.pipeline import get_engine
 
     inst = ABOVE["switch-broadcast-C2-16MB-single-port"]
     real = get_engine("heuristic")

@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 from ccplan.bounds import lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.heuristics.layered import LayeredOptions, layered_schedule
 from ccplan.heuristics.mteg import (
@@ -28,6 +28,7 @@ from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance, make_topology
 from ccplan.instances.catalog import COLLECTIVES
 from ccplan.instances.instance import Instance
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import verify

@@ -104,7 +104,8 @@ import hashlib, sys
 from pathlib import Path
 import ccplan.cli
 from ccplan.limits import note_incumbent
-from ccplan.contract import SolveOptions, get_engine, register
+from ccplan.contract import SolveOptions, register
+from ccplan.pipeline import get_engine
 
 mark = Path(sys.argv[1])
 with_incumbent = sys.argv[2] == "yes"

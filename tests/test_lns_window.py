@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import resolve_topology
@@ -22,6 +22,7 @@ from ccplan.model.exact import solve_model_with
 from ccplan.model.lns import NEIGHBOURHOODS, build_window_model, score, window_start
 from ccplan.model.milp import _contributing, build_model, model_size, schedule_from_model
 from ccplan.model.size import StartState, estimate_size, start_state
+from ccplan.pipeline import get_engine
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify

@@ -160,7 +160,8 @@ def test_alltoall_falls_back_to_out_of_place(tmp_path: Path) -> None:
 
 def _interrupting_engine(instance, options):  # type: ignore[no-untyped-def]
     """The ring schedule, reported as the best-so-far of an engine stopped by Ctrl-C."""
-    from ccplan.contract import Outcome, get_engine
+    from ccplan.contract import Outcome
+    from ccplan.pipeline import get_engine
 
     out = get_engine("ring")(instance, options)
     return Outcome(out.schedule, "feasible", details={"interrupted": True})

@@ -14,11 +14,11 @@ from functools import cache
 import pytest
 
 from ccplan.bounds import lower_bound_slots
+from ccplan.bounds.flow_lp import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
 from ccplan.contract import SolveOptions
 from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.topology import Node, Topology
-from ccplan.bounds.flow_lp import applies, destination_order, flow_bound, max_flow_into, symmetry_classes
 from ccplan.pipeline.solve import solve
 
 BANDWIDTHS = (12.5, 25.0, 50.0)

@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from ccplan.bounds import _movement_of, lower_bound_slots
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
+from ccplan.pipeline import get_engine
 from ccplan.schedule import load_schedule, save_schedule
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import verify

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SLOW_MODULE = """
 import os, time
 from pathlib import Path
-from ccplan.contract import get_engine, register
+from ccplan.pipeline import get_engine
+from ccplan.contract import register
 
 @register("slow-ring")
 def slow_ring(instance, options):

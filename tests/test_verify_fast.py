@@ -17,11 +17,12 @@ import random
 import numpy as np
 import pytest
 
-from ccplan.contract import SolveOptions, get_engine
+from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
+from ccplan.pipeline import get_engine
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.verify import ArrivalMap, verify, verify_columns
 

@@ -50,7 +50,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from ccplan.contract import Outcome, SolveOptions, get_engine, register
+from ccplan.contract import Outcome, SolveOptions, register, sub_engine
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
@@ -382,7 +382,7 @@ def _upper(
             break
         left = None if deadline.at == NEVER.at else max(deadline.remaining(), 1e-3)
         try:
-            outcome = get_engine(method)(
+            outcome = sub_engine(method)(
                 instance, SolveOptions(time_limit=left, workers=options.workers, seed=options.seed)
             )
         except ValidationError as exc:

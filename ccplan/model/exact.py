@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ccplan.contract import Outcome, SolveOptions, get_engine, register
+from ccplan.contract import Outcome, SolveOptions, register, sub_engine
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.limits import memory_budget
@@ -621,7 +621,7 @@ def _heuristic_instead(run: _Run) -> None:
     if remaining is not None and (remaining < 1.0 or remaining < HEURISTIC_INSTEAD_FACTOR * first):
         return
     try:
-        engine = get_engine("heuristic")
+        engine = sub_engine("heuristic")
     except (ValidationError, ImportError):
         return
     limit = None if remaining is None else 0.7 * remaining
@@ -667,7 +667,7 @@ def _companions(
         if best_m is not None and best_m <= lower:
             break
         try:
-            engine = get_engine(name)
+            engine = sub_engine(name)
             if not applies(instance):
                 continue
         except (ValidationError, ImportError):
@@ -707,7 +707,7 @@ def _warm_start(
     schedule: Schedule | None = None
     method = name
     try:
-        engine = get_engine(name)
+        engine = sub_engine(name)
     except (ValidationError, ImportError):
         # Unknown name, or declared but its module is not there (yet).
         engine = None

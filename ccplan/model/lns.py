@@ -562,7 +562,7 @@ def _better_start(run: _Run, share: float = LNS_HEURISTIC_SHARE, seed: int = 1) 
     :data:`LNS_HEURISTIC_CAP` s); keep its schedule if it verifies and is better. Only when
     the warm start was that portfolio (or the greedy fallback) and no explicit horizon or
     given schedule is in play. Returns the seconds spent."""
-    from ccplan.contract import SolveOptions, get_engine
+    from ccplan.contract import SolveOptions, sub_engine
 
     if run.options.horizon is not None or run.warm_method not in ("heuristic", "greedy"):
         return 0.0
@@ -573,7 +573,7 @@ def _better_start(run: _Run, share: float = LNS_HEURISTIC_SHARE, seed: int = 1) 
     if limit < 1.0:
         return 0.0
     try:
-        engine = get_engine("heuristic")
+        engine = sub_engine("heuristic")
     except (ValidationError, ImportError):
         return 0.0
     t0 = time.perf_counter()

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from ccplan.contract import Outcome, SolveOptions, get_engine
+from ccplan.contract import Outcome, SolveOptions, sub_engine
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk, allgather, broadcast
 from ccplan.instances.combining import reducescatter
@@ -92,7 +92,7 @@ def _phase_options(options: SolveOptions, share: float) -> SolveOptions:
 
 
 def _run(method: str, instance: Instance, options: SolveOptions) -> tuple[Schedule, Outcome]:
-    outcome = get_engine(method)(instance, options)
+    outcome = sub_engine(method)(instance, options)
     if outcome.schedule is None:
         raise ValidationError(
             f"method {method!r} found no {instance.collective.kind} schedule ({outcome.status}) "
@@ -443,7 +443,7 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
     opts = options or SolveOptions()
     coll = instance.collective
     if not coll.combining:
-        return get_engine(method)(instance, opts)
+        return sub_engine(method)(instance, opts)
     kind = coll.kind
     start = time.perf_counter()
     details: dict[str, Any] = {"construction": kind, "engine": method}
@@ -481,7 +481,7 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
                 candidates.append(("pipelined", _overlap(instance, staggered, ag, rep.makespan_slots, True)))
         try:
             # Machines of several chassis: one reduction per chassis, one exchange per pair.
-            cluster = get_engine("cluster-allreduce")(instance, opts).schedule
+            cluster = sub_engine("cluster-allreduce")(instance, opts).schedule
         except ValidationError as exc:
             log.debug("cluster-allreduce does not apply: %s", exc)
             cluster = None

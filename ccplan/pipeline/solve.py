@@ -1,7 +1,7 @@
 """The one solve pipeline every engine goes through.
 
 :func:`solve` checks the memory estimate, runs the engine as the registry hands it out
-(:func:`ccplan.contract.get_engine`, with the pipeline's adapters: cut-through twin, time
+(:func:`ccplan.pipeline.registry.get_engine`: the cut-through twin, the time
 reversal), then verifies its schedule independently and attaches the lower bound, so every
 :class:`Result` a user sees has been checked.
 """
@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ccplan.contract import Outcome, SolveOptions, get_engine
+from ccplan.contract import Outcome, SolveOptions, engines_from
 from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.pipeline.registry import get_engine
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import Report, verify
 
@@ -170,7 +171,8 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     engine = get_engine(method)
     estimate_solve(instance, method).check()
     start = time.perf_counter()
-    outcome = engine(instance, opts)
+    with engines_from(get_engine):  # engines that need another get the pipeline's
+        outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
     result = _verified_result(instance, method, outcome, seconds, opts)
     if outcome.details.get("interrupted"):

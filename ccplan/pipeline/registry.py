@@ -1,9 +1,9 @@
-"""The pipeline's problem transformations, installed as adapters of every engine.
+"""The registry as the pipeline runs it: every registered engine adapted to every instance.
 
-:func:`ccplan.contract.get_engine` wraps each engine it hands out in these (imported on first
-use, :data:`ccplan.contract.ADAPTER_MODULES`), so the pipeline's :func:`~ccplan.pipeline.solve`
-and an engine that asks for another engine (the exact engine's warm start, the ``heuristic``
-portfolio) see the same problem:
+:func:`get_engine` wraps the registered function (:func:`ccplan.contract.registered`) in the
+pipeline's problem transformations, and :func:`~ccplan.pipeline.solve` hands these adapted
+engines down to engines that need another one (:func:`ccplan.contract.engines_from`), so the
+exact engine's warm start sees the same problem as a solve:
 
 - :func:`cut_through_twin`: an engine that schedules switches as store-and-forward nodes runs
   on the store-and-forward twin of a cut-through instance and its schedule is re-timed
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ccplan.contract import Engine, Outcome, SolveOptions, install_adapter
+from ccplan.contract import Engine, Outcome, SolveOptions, method_names, registered
 from ccplan.instances.instance import Instance
 from ccplan.pipeline.combining import needs_reversal, solve_combining
 from ccplan.schedule.cut_through import retime
@@ -75,5 +75,14 @@ def time_reversal(name: str, engine: Engine) -> Engine:
     return run
 
 
-install_adapter(cut_through_twin)
-install_adapter(time_reversal)
+
+def get_engine(name: str) -> Engine:
+    """The engine ``name`` for any instance: the registered function behind the cut-through
+    twin and the time reversal (raises :class:`~ccplan.errors.ValidationError` naming the
+    known methods for an unknown one)."""
+    return time_reversal(name, cut_through_twin(name, registered(name)))
+
+
+__all__ = [
+    "CUT_THROUGH_NATIVE", "cut_through_twin", "get_engine", "method_names", "solve_on_twin", "time_reversal",
+]
