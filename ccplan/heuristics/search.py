@@ -212,14 +212,16 @@ def heuristic_search(
     def safety_net() -> None:
         # Under a hard limit, a classic ring (seconds even for 16000 chunks) first, so that a
         # verified schedule exists when no MTEG variant completes in time.
-        from ccplan.contract import sub_engine
+        from ccplan.contract import registered
         from ccplan.heuristics.baselines import supports
 
         left = hard.remaining()
         if not supports(SAFETY_NET, instance.collective.kind) or left <= 0:
             return
         try:
-            out = sub_engine(SAFETY_NET)(instance, SolveOptions(time_limit=left))
+            # the registered baseline: ``instance`` is already the problem this engine was
+            # given (the pipeline's twin or reversal, if any, has been applied)
+            out = registered(SAFETY_NET)(instance, SolveOptions(time_limit=left))
         except (CCPlanError, RecursionError) as exc:  # no ring through this topology
             log.debug("heuristic: no %s fallback: %s", SAFETY_NET, exc)
             return
