@@ -12,12 +12,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ccplan.contract import Outcome, SolveOptions, engines_from
 from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.physical import PhysicalBound
 from ccplan.pipeline.registry import get_engine
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import Report, verify
@@ -49,6 +50,9 @@ class Result:
     instance : Instance, optional
         The instance solved; :func:`solve` always sets it, so :meth:`algbw_GBps` and
         :meth:`to_dict` need no argument.
+    physical : PhysicalBound, optional
+        The physical lower bound (:func:`ccplan.physical.physical_bound`: any chunking,
+        continuous alpha-beta time); None when it was not computed.
     """
 
     method: str
@@ -62,6 +66,51 @@ class Result:
     report: Report | None = field(default=None, repr=False)
     details: Mapping[str, Any] = field(default_factory=dict)
     instance: Instance | None = field(default=None, repr=False, compare=False)
+    physical: PhysicalBound | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def physical_bound_us(self) -> float | None:
+        """The physical lower bound in microseconds (None when not computed)."""
+        return None if self.physical is None else self.physical.us
+
+    @property
+    def physical_gap(self) -> float | None:
+        """``1 - physical_bound_us / makespan_us``: how far the schedule is from what any
+        schedule of the machine could do (negative when the slot model is more optimistic
+        than the physics, see :meth:`claim`)."""
+        if self.physical is None or not self.makespan_us:
+            return None
+        return 1.0 - self.physical.us / self.makespan_us
+
+    def claim(self, instance: Instance | None = None) -> str:
+        """What is proven, in words, naming the model it holds in (DESIGN.md, "Two kinds of
+        truth"): the slot model's status at this C, tau and switch model, then the distance to
+        the physical bound."""
+        inst = self._instance(instance)
+        model = (
+            f"the slot model with C = {inst.collective.chunks}, tau = {self.tau_us:.4g} us, "
+            f"{inst.switch_model} switches"
+        )
+        if self.makespan_slots is None:
+            text = f"no schedule ({self.status}) in {model}"
+        elif self.status == "optimal":
+            text = f"optimal in {model}"
+        else:
+            gap = self.gap
+            within = "" if gap is None else f", at most {gap:.1%} above its optimum"
+            text = f"{self.status} in {model}{within}"
+        pgap = self.physical_gap
+        if pgap is None or self.physical is None:
+            return text
+        bound = f"the physical bound {self.physical.us:.4g} us (any chunking, continuous alpha-beta time)"
+        if pgap >= 0:
+            return f"{text}; {pgap:.1%} above {bound}"
+        why = (
+            "alphas below alpha_threshold are dropped from the slots"
+            if inst.alpha_threshold > 0
+            else "the cut-through hop's last transfer is not counted in the slots"
+        )
+        return f"{text}; {-pgap:.1%} below {bound}: the slot model is optimistic here ({why})"
 
     def _instance(self, instance: Instance | None) -> Instance:
         inst = instance if instance is not None else self.instance
@@ -111,6 +160,12 @@ class Result:
             "solve_seconds": self.solve_seconds,
             "verified": self.verified,
             "num_sends": None if self.schedule is None else len(self.schedule),
+            "chunks": inst.collective.chunks,
+            "switch_model": inst.switch_model,
+            "physical_bound_us": self.physical_bound_us,
+            "physical_gap": self.physical_gap,
+            "physical_binding": None if self.physical is None else self.physical.binding,
+            "claim": self.claim(inst),
         }
         if self.report is not None and not self.report.ok:
             out["violations"] = [str(v) for v in self.report.violations[:20]]
@@ -175,6 +230,8 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         outcome = engine(instance, opts)
     seconds = time.perf_counter() - start
     result = _verified_result(instance, method, outcome, seconds, opts)
+    if opts.extra.get("physical_bound", True):
+        result = replace(result, physical=_physical(instance))
     if outcome.details.get("interrupted"):
         what = (
             "no schedule yet"
@@ -183,6 +240,23 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
         )
         raise SolveInterrupted(f"{method} interrupted ({what})", result)
     return result
+
+
+def _physical(instance: Instance) -> PhysicalBound | None:
+    """The physical bound of ``instance``, or None (logged) when it cannot be computed.
+
+    Switches may reduce partial sums in the slot model's verifier today, so combining
+    collectives on machines with switches get the bound that stays valid with in-switch
+    reduction (``switch_reduce=True``).
+    """
+    from ccplan.physical import physical_bound
+
+    reduce = instance.collective.combining and bool(instance.topology.switches)
+    try:
+        return physical_bound(instance, switch_reduce=reduce)
+    except (ValidationError, ValueError, MemoryError) as exc:
+        log.warning("physical bound skipped: %s", exc)
+        return None
 
 
 def _verified_result(
