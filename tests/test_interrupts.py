@@ -255,7 +255,7 @@ def test_ctrl_c_in_milps_warm_start_ends_the_run_with_its_schedule(monkeypatch: 
     best so far flagged ``interrupted``; ``milp`` must stop there with that schedule
     (``SolveInterrupted`` carrying it, verified) instead of going on to the flow bound and
     the solver until the watcher gives up ("nothing saved")."""
-    from ccplan import contract as methods
+    from ccplan import pipeline as methods
     from ccplan.contract import Outcome, SolveOptions
     from ccplan.errors import SolveInterrupted
     from ccplan.instances import make_collective, make_instance
@@ -277,7 +277,7 @@ def test_ctrl_c_in_milps_warm_start_ends_the_run_with_its_schedule(monkeypatch: 
 
     import ccplan.model.exact as exact
 
-    monkeypatch.setattr(exact, "get_engine", fake_get)
+    monkeypatch.setattr(exact, "sub_engine", fake_get)
     monkeypatch.setattr(exact, "_flow_bound", lambda *a: calls.append("flow"))
     topo = resolve_topology("dgx1")
     inst = make_instance(topo, make_collective("allgather", topo, chunks=1), "1MB")
