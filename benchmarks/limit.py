@@ -16,8 +16,8 @@ Usage::
     python benchmarks/limit.py --instances dgx1 amd-2 --collectives allgather
     python benchmarks/limit.py --large                  # torus 32x32 and NDv2 x128 AllGather
 
-Each instance runs in a subprocess (``python -m ccplan solve --method trees``) so that its
-peak resident memory is measured on its own.
+Each instance runs in a subprocess (``python -m ccplan solve --method trees``) that reports
+its own peak resident memory.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -55,6 +54,14 @@ LARGE: dict[str, list[str]] = {
     "ndv2-128": ["--topology", "ndv2", "--chassis", "128"],
 }
 PIECES = 16384
+# runs "python -m ccplan ..." in this process, then prints its own peak resident memory
+_PEAK = (
+    "import resource, runpy, sys; sys.argv = sys.argv[2:]; code = 0\n"
+    "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as exc:\n    code = exc.code or 0\n"
+    "print('peak_kB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "sys.exit(code)"
+)
 SIZE = 1e9
 
 
@@ -62,7 +69,7 @@ def _topology(args: list[str]):  # type: ignore[no-untyped-def]
     name = args[1]
     params: dict[str, int] = {}
     rest = args[2:]
-    for flag, value in zip(rest[::2], rest[1::2]):
+    for flag, value in zip(rest[::2], rest[1::2], strict=True):
         if flag == "--chassis":
             params["chassis"] = int(value)
         else:
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     collectives = ["allgather"] if args.large else args.collectives
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     print(f"# load average {os.getloadavg()}, 1 GB, method trees, time limit {args.time_limit:g} s")
-    print("instance,collective,limit_us,trees_us,ratio,C,seconds,peak_MB,verified,placement")
+    print("instance,collective,limit_us,trees_us,ratio,C,seconds,peak_MB,verified,allreduce_mode")
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             inst = {**INSTANCES, **LARGE}[name]
@@ -112,15 +119,15 @@ def main(argv: list[str] | None = None) -> int:
                 ref = limit_us(topo, kind)
                 rep = Path(tmp) / f"{name}-{kind}.json"
                 t0 = time.perf_counter()
-                before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
                 proc = subprocess.run(
-                    [sys.executable, "-m", "ccplan", "solve", *inst, "--collective", kind, "--size", "1GB",
-                     "--chunks", str(c), "--method", "trees", "--time-limit", str(args.time_limit),
-                     "--quiet", "--report", str(rep)],
+                    [sys.executable, "-c", _PEAK, "-m", "ccplan", "solve", *inst, "--collective", kind,
+                     "--size", "1GB", "--chunks", str(c), "--method", "trees",
+                     "--time-limit", str(args.time_limit), "--quiet", "--report", str(rep)],
                     cwd=ROOT, env=env, capture_output=True, text=True,
                 )
                 wall = time.perf_counter() - t0
-                peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+                peaks = [line for line in proc.stderr.splitlines() if line.startswith("peak_kB ")]
+                peak = int(peaks[-1].split()[1]) / 1024 if peaks else float("nan")
                 if not rep.exists():
                     print(f"{name},{kind},{ref:.1f},,,{c},{wall:.1f},{peak:.0f},False,"
                           f"exit {proc.returncode}: {proc.stderr.strip()[-160:]}", flush=True)
@@ -128,9 +135,9 @@ def main(argv: list[str] | None = None) -> int:
                 data = json.loads(rep.read_text())
                 us = data["makespan_us"]
                 ratio = ref / us if us else 0.0
+                mode = data["details"].get("mode", "")
                 print(f"{name},{kind},{ref:.1f},{us:.1f},{ratio:.4f},{c},{wall:.1f},{peak:.0f},"
-                      f"{data['verified']},{data['details'].get('mode', data['details'].get('construction', ''))}",
-                      flush=True)
+                      f"{data['verified']},{mode}", flush=True)
     return 0
 
 

@@ -64,10 +64,12 @@ def test_rate_bidirectional_ring():
 
 
 def test_rate_thin_bridge_takes_a_newton_step():
-    """Cliques {0, 1} and {2, 3} (capacity 10 each way inside) joined by 1 <-> 2 at capacity
-    1. The start value is the single-node cut: in-capacity 10 + 1 (node 1) over 3 roots
-    ... the smallest is node 0 or 3 with 10 / 3. The cut S = {0, 1} has B+ = 1 and 2 roots:
-    x* = 1/2, found only by the max-flow test (a violated cut)."""
+    """Pairs {0, 1} and {2, 3} (capacity 10 each way inside) joined by 1 <-> 2 at capacity
+    1. The start value is the best single-node cut, nodes 0 and 3: in-capacity 10 over 3
+    roots, 10/3. The cut S = {0, 1} has B+ = 1 (the bridge) and 2 roots: 1/2, and no cut is
+    smaller (every S leaving a GPU out either crosses the bridge, B+ >= 1 with <= 2 roots...
+    or leaves out a GPU of its own pair, B+ >= 10 with <= 3 roots), so x* = 1/2, reached only
+    through a violated max-flow cut."""
     net = _net(4, _duplex([(0, 1, 10), (2, 3, 10), (1, 2, 1)]))
     x, cut = optimal_rate(net, range(4), range(4))
     assert x == Fraction(1, 2)
@@ -156,10 +158,12 @@ def test_verified_allgather_and_broadcast(topo):
 
 def test_rate_in_details_matches_hand_values():
     """Star of 4 around a switch at equal bandwidth: x* = 1/3 chunk per slot (the star case
-    above); the two-chassis machine: l = 2 on the NIC links (25 of 50 GB/s), so a GPU's NIC
-    carries 1/2 chunk per slot; the chassis {0, 1} with the switch has B+ = 2 x 1/2 = 1 ... the
-    cut "chassis A" (S = {0, 1}) has B+ = 1 and 2 roots: x* = 1/2, while the single-node cut
-    of GPU 0 gives (1 + 1/2) / 3 = 1/2 as well."""
+    above). Two chassis: the 25 GB/s NIC links take l = 2 slots of the 50 GB/s tau, so each
+    carries 1/2 chunk per slot. S = chassis A = {0, 1}: B+ = its two NIC up-links = 1, with 2
+    roots: 1/2. S = all but GPU 0: B+ = 1 (from GPU 1) + 1/2 (from the switch), 3 roots: 1/2.
+    S = {0, 1, 4}: B+ = the switch's two down-links to chassis B = 1, 2 roots: 1/2. No cut is
+    smaller (a single GPU left out has in-capacity 3/2 for 3 roots; S = {0, 1, 2, 4} ... also
+    3/2 over 3), so x* = 1/2."""
     _, star = _solve(star_switch(4), chunks=3)
     assert star.details["optimal_rate_exact"] == "1/3"
     _, two = _solve(_two_chassis(), chunks=4)

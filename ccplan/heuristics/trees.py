@@ -108,7 +108,9 @@ def roots_and_terminals(instance: Instance) -> tuple[list[int], list[int]]:
     roots: set[int] = set()
     for chunk, holders in coll.holders.items():
         if len(holders) != 1:
-            raise ValidationError(f"method 'trees': chunk {list(chunk)} has {len(holders)} holders, expects one")
+            raise ValidationError(
+                f"method 'trees': chunk {list(chunk)} has {len(holders)} holders, expects one"
+            )
         roots |= holders
     terminals: set[int] = set()
     for _, nodes in coll.post:
@@ -196,7 +198,9 @@ def _chunks_by_root(instance: Instance) -> dict[int, list[int]]:
     return chunks_of
 
 
-def _columns(slot: list[int], source: list[int], index: list[int], links: list[int], instance: Instance) -> Schedule:
+def _columns(
+    slot: list[int], source: list[int], index: list[int], links: list[int], instance: Instance
+) -> Schedule:
     topo = instance.topology
     link = np.asarray(links, dtype=np.int64)
     src = np.array([lk.src for lk in topo.links], dtype=np.int64)

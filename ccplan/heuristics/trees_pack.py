@@ -81,7 +81,8 @@ class Network:
     index: dict[tuple[int, int], int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "index", {(u, v): e for e, (u, v) in enumerate(zip(self.src, self.dst))})
+        pairs = zip(self.src, self.dst, strict=True)
+        object.__setattr__(self, "index", {(u, v): e for e, (u, v) in enumerate(pairs)})
 
     @property
     def num_links(self) -> int:
@@ -91,7 +92,8 @@ class Network:
     def out_capacity(self, nodes: set[int]) -> Fraction:
         """``B+(S)``: total capacity of the links leaving ``nodes``."""
         return sum(
-            (c for u, v, c in zip(self.src, self.dst, self.cap) if u in nodes and v not in nodes),
+            (c for u, v, c in zip(self.src, self.dst, self.cap, strict=True)
+             if u in nodes and v not in nodes),
             Fraction(0),
         )
 
@@ -129,7 +131,7 @@ def optimal_rate(
     icap = [int(c * scale) for c in net.cap]
     # Start above x*: the cut "everything but terminal v" (its in-capacity over the roots it lacks).
     incap = [Fraction(0)] * n
-    for v, c in zip(net.dst, net.cap):
+    for v, c in zip(net.dst, net.cap, strict=True):
         incap[v] += c
     starts = {v: incap[v] / len(root_set - {v}) for v in terminals if root_set - {v}}
     if not starts:
@@ -153,7 +155,9 @@ def optimal_rate(
             if data.max() >= 2**31:
                 raise ValueError(f"capacities too fine for exact max-flows (rate {x})")
             graph = sp.csr_array((data, (rows, cols)), shape=(n + 1, n + 1))
-            graph = sp.csr_array((graph.data.astype(np.int32), graph.indices, graph.indptr), shape=graph.shape)
+            graph = sp.csr_array(
+                (graph.data.astype(np.int32), graph.indices, graph.indptr), shape=graph.shape
+            )
         v = order[k % len(order)]
         need = len(root_set) * a * scale
         res = maximum_flow(graph, s, v)
@@ -310,7 +314,8 @@ class _Paths:
         self.tail = np.array(net.src, dtype=np.int64)
         self.size = 2 * n
         self.pos = {v: i for i, v in enumerate(self.terminals)}
-        self.link_of = {(int(a), int(b)): e for e, (a, b) in enumerate(zip(self.tail, self.head))}
+        pairs = zip(self.tail.tolist(), self.head.tolist(), strict=True)
+        self.link_of = {(a, b): e for e, (a, b) in enumerate(pairs)}
 
     def matrix(self, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(W, pred)``: terminal-to-terminal path costs and Dijkstra predecessors."""
@@ -340,7 +345,7 @@ class _Paths:
                     nodes.append(int(pred[p, nodes[-1]]))
                 nodes.reverse()
                 cur = terms[p]
-                for a, b in zip(nodes, nodes[1:]):
+                for b in nodes[1:]:
                     real = b - n if b >= n else b
                     if real not in inside:
                         links.append(self.link_of[(cur, b)])
@@ -472,7 +477,7 @@ def pack_trees(
             log.info("trees: packing iteration %d, %d trees, rate %.6g of %.6g", it, len(columns), z, optimal)
             last_note = now
     trees: dict[int, list[Tree]] = {r: [] for r in roots}
-    for t, y in zip(columns, weights.tolist()):
+    for t, y in zip(columns, weights.tolist(), strict=True):
         if y > 1e-9:
             trees[t.root].append(Tree(t.root, t.links, y))
     for r in roots:
@@ -537,7 +542,7 @@ def integral_counts(
     rate: Fraction,
     deadline: Deadline = NEVER,
     loss: float = 0.004,
-    sizes: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
+    sizes: Sequence[int] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128),
     multiple: int = 1,
 ) -> tuple[int, dict[int, list[int]]] | None:
     """A period ``P`` and integer chunk counts per tree for a periodic schedule.
@@ -547,7 +552,8 @@ def integral_counts(
     through scipy) minimises the largest link load relative to capacity, ``P`` is the
     smallest period in which every link fits its load (``load * l / omega`` slots), rounded
     up to a ``multiple`` (the occupancies' least common multiple, so that sends of ``l``
-    slots tile the period), and ``n / P`` is the rate. ``n`` runs over ``sizes`` until ``n / P >= (1 - loss) * rate``.
+    slots tile the period), and ``n / P`` is the rate. ``n`` runs over ``sizes`` until
+    ``n / P >= (1 - loss) * rate``.
 
     Returns
     -------
@@ -584,33 +590,52 @@ def integral_counts(
     for j, (_, t) in enumerate(cols):
         usage[list(t.links), j] = 1.0
     best: tuple[float, int, list[int]] | None = None
+    weights = np.array([t.weight for _, t in cols])
+    share = np.zeros(k)
+    for r in roots:
+        mine = [j for j, (q, _) in enumerate(cols) if q == r]
+        total = weights[mine].sum()
+        share[mine] = weights[mine] / total if total > 0 else 1.0 / len(mine)
+    mine_of = {r: [j for j, (q, _) in enumerate(cols) if q == r] for r in roots}
+
+    def period_of(counts: np.ndarray) -> int:
+        load = usage @ counts
+        period = max(1, int(np.max(np.ceil(load / cap - 1e-9))))
+        return -(-period // multiple) * multiple
+
     for n in sizes:
         if deadline.expired:
             break
-        lo = np.concatenate([np.full(nr, float(n)), np.full(net.num_links, -np.inf)])
-        hi = np.concatenate([np.full(nr, float(n)), np.zeros(net.num_links)])
-        res = milp(
-            objective, constraints=LinearConstraint(a, lo, hi),
-            integrality=np.concatenate([np.ones(k), [0]]),
-            bounds=Bounds(0, np.concatenate([np.full(k, float(n)), [np.inf]])),
-            options={"time_limit": max(0.5, min(2.0, deadline.remaining()))},
-        )
-        if res.x is None:
-            continue
-        counts = np.rint(res.x[:k]).astype(np.int64)
-        load = usage @ counts
-        period = max(1, int(np.max(np.ceil(load / cap - 1e-9))))
-        period = -(-period // multiple) * multiple
-        got = n / period
-        log.debug("trees: %d chunks per root in a period of %d slots (%.4f of the rate)", n, period,
-                  got / float(rate))
-        if best is None or got > best[0]:
-            best = (got, period, counts.tolist())
-        if got >= (1 - loss) * float(rate):
+        # cheap first: largest-remainder rounding of the LP weights, root by root
+        counts = np.floor(share * n).astype(np.int64)
+        for mine in mine_of.values():
+            short = n - int(counts[mine].sum())
+            rest = sorted(mine, key=lambda j: counts[j] - share[j] * n)[:short]
+            counts[rest] += 1
+        candidates = [counts]
+        if n / period_of(counts) < (1 - loss) * float(rate):
+            lo = np.concatenate([np.full(nr, float(n)), np.full(net.num_links, -np.inf)])
+            hi = np.concatenate([np.full(nr, float(n)), np.zeros(net.num_links)])
+            res = milp(
+                objective, constraints=LinearConstraint(a, lo, hi),
+                integrality=np.concatenate([np.ones(k), [0]]),
+                bounds=Bounds(0, np.concatenate([np.full(k, float(n)), [np.inf]])),
+                options={"time_limit": max(0.2, min(1.0, deadline.remaining())), "mip_rel_gap": loss / 2},
+            )
+            if res.x is not None:
+                candidates.append(np.rint(res.x[:k]).astype(np.int64))
+        for counts in candidates:
+            period = period_of(counts)
+            got = n / period
+            if best is None or got > best[0]:
+                best = (got, period, counts.tolist())
+        log.debug("trees: %d chunks per root, best period so far %d (%.4f of the rate)",
+                  n, best[1] if best else 0, best[0] / float(rate) if best else 0.0)
+        if best is not None and best[0] >= (1 - loss) * float(rate):
             break
     if best is None:
         return None
     out: dict[int, list[int]] = {r: [] for r in roots}
-    for (r, _), c in zip(cols, best[2]):
+    for (r, _), c in zip(cols, best[2], strict=True):
         out[r].append(int(c))
     return best[1], out
