@@ -16,8 +16,9 @@ Usage::
     python benchmarks/limit.py --instances dgx1 amd-2 --collectives allgather
     python benchmarks/limit.py --large                  # torus 32x32 and NDv2 x128 AllGather
 
-Each instance runs in a subprocess (``python -m ccplan solve --method trees``) that reports
-its own peak resident memory.
+Each instance runs in a subprocess (this script with ``--child``: ``ccplan.methods.solve``
+with ``--method trees``, verification and bounds included) that reports its own peak
+resident memory. AllReduce uses combine.py's ``concat`` mode by default (``--allreduce``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -54,14 +55,6 @@ LARGE: dict[str, list[str]] = {
     "ndv2-128": ["--topology", "ndv2", "--chassis", "128"],
 }
 PIECES = 16384
-# runs "python -m ccplan ..." in this process, then prints its own peak resident memory
-_PEAK = (
-    "import resource, runpy, sys; sys.argv = sys.argv[2:]; code = 0\n"
-    "try:\n    runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
-    "except SystemExit as exc:\n    code = exc.code or 0\n"
-    "print('peak_kB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
-    "sys.exit(code)"
-)
 SIZE = 1e9
 
 
@@ -95,6 +88,20 @@ def chunks_for(num_gpus: int) -> int:
     return 1 << (c.bit_length() - 1)
 
 
+def child(name: str, kind: str, chunks: int, time_limit: float, allreduce: str) -> int:
+    """Solve one instance in this process and print its figures as one JSON line."""
+    from ccplan.instances import make_collective, make_instance
+    from ccplan.methods import SolveOptions, solve
+
+    topo = _topology({**INSTANCES, **LARGE}[name])
+    inst = make_instance(topo, make_collective(kind, topo, chunks=chunks), "1GB")
+    res = solve(inst, "trees", SolveOptions(time_limit=time_limit, extra={"allreduce": allreduce}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"makespan_us": res.makespan_us, "verified": res.verified, "peak_MB": peak,
+                      "mode": res.details.get("mode", "")}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--instances", nargs="*", default=None)
@@ -102,42 +109,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunks", type=int, default=None)
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--large", action="store_true", help="the 1,024-GPU AllGather instances instead")
+    p.add_argument("--allreduce", default="concat", choices=("best", "concat", "overlap", "pipelined"),
+                   help="combine.py's AllReduce mode (default concat: its overlap modes are slow at "
+                        "these chunk counts)")
+    p.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.child:
+        name, kind, c, tl, mode = args.child
+        return child(name, kind, int(c), float(tl), mode)
     table = LARGE if args.large else INSTANCES
     names = args.instances or list(table)
     collectives = ["allgather"] if args.large else args.collectives
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     print(f"# load average {os.getloadavg()}, 1 GB, method trees, time limit {args.time_limit:g} s")
     print("instance,collective,limit_us,trees_us,ratio,C,seconds,peak_MB,verified,allreduce_mode")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            inst = {**INSTANCES, **LARGE}[name]
-            topo = _topology(inst)
-            n = len(topo.gpus)
-            c = args.chunks or (1 if args.large else chunks_for(n))
-            for kind in collectives:
-                ref = limit_us(topo, kind)
-                rep = Path(tmp) / f"{name}-{kind}.json"
-                t0 = time.perf_counter()
-                proc = subprocess.run(
-                    [sys.executable, "-c", _PEAK, "-m", "ccplan", "solve", *inst, "--collective", kind,
-                     "--size", "1GB", "--chunks", str(c), "--method", "trees",
-                     "--time-limit", str(args.time_limit), "--quiet", "--report", str(rep)],
-                    cwd=ROOT, env=env, capture_output=True, text=True,
-                )
-                wall = time.perf_counter() - t0
-                peaks = [line for line in proc.stderr.splitlines() if line.startswith("peak_kB ")]
-                peak = int(peaks[-1].split()[1]) / 1024 if peaks else float("nan")
-                if not rep.exists():
-                    print(f"{name},{kind},{ref:.1f},,,{c},{wall:.1f},{peak:.0f},False,"
-                          f"exit {proc.returncode}: {proc.stderr.strip()[-160:]}", flush=True)
-                    continue
-                data = json.loads(rep.read_text())
-                us = data["makespan_us"]
-                ratio = ref / us if us else 0.0
-                mode = data["details"].get("mode", "")
-                print(f"{name},{kind},{ref:.1f},{us:.1f},{ratio:.4f},{c},{wall:.1f},{peak:.0f},"
-                      f"{data['verified']},{mode}", flush=True)
+    for name in names:
+        inst = {**INSTANCES, **LARGE}[name]
+        topo = _topology(inst)
+        n = len(topo.gpus)
+        c = args.chunks or (1 if args.large else chunks_for(n))
+        for kind in collectives:
+            ref = limit_us(topo, kind)
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", name, kind, str(c), str(args.time_limit),
+                 args.allreduce],
+                cwd=ROOT, env=env, capture_output=True, text=True,
+            )
+            wall = time.perf_counter() - t0
+            lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                print(f"{name},{kind},{ref:.1f},,,{c},{wall:.1f},,False,"
+                      f"exit {proc.returncode}: {proc.stderr.strip()[-160:]}", flush=True)
+                continue
+            data = json.loads(lines[-1])
+            us = data["makespan_us"]
+            ratio = ref / us if us else 0.0
+            print(f"{name},{kind},{ref:.1f},{us:.1f},{ratio:.4f},{c},{wall:.1f},{data['peak_MB']:.0f},"
+                  f"{data['verified']},{data['mode']}", flush=True)
     return 0
 
 
