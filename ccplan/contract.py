@@ -210,6 +210,7 @@ for _name, _module in {
     "multitree": "ccplan.heuristics.multitree",
     "cluster-allreduce": "ccplan.heuristics.multitree",
     "exact-combining": "ccplan.model.combining",
+    "trees": "ccplan.heuristics.trees",
     **{
         name: "ccplan.heuristics.baselines"
         for name in (

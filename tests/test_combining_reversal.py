@@ -1,5 +1,5 @@
 """The reversal construction of combining collectives under single-port, unequal delays,
-outages and ``l > 1`` (``ccplan/heuristics/combine.py``), and where ReduceScatter's optimum
+outages and ``l > 1`` (``ccplan/pipeline/combining.py``), and where ReduceScatter's optimum
 equals the reversed AllGather's (docs/collectives.md, "Duality").
 
 The reversal reflects a send in slot ``t`` on a reversed link with ``L = delta + l`` to slot

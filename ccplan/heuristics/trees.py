@@ -1,0 +1,301 @@
+r"""Engine ``trees``: pipelined spanning-tree packing (ForestColl's method) in the slot model.
+
+1. **Rate.** The slot model's link capacity is ``omega / l`` chunks per slot. The optimal
+   common rate ``x*`` (chunks per slot per root) of AllGather (roots: every GPU) or Broadcast
+   (root: the root) is computed exactly by max-flows (:func:`~ccplan.heuristics.trees_pack.
+   optimal_rate`): ``1 / x* = max_S |S ∩ R| / B+(S)`` over node sets ``S`` leaving a GPU out.
+2. **Packing.** Trees per root with weights whose sum per root is the rate, by column
+   generation (:func:`~ccplan.heuristics.trees_pack.pack_trees`), or one load-balanced
+   shortest-path tree per root on large instances.
+3. **Slots.** Chunk ``i`` of root ``r`` rides one of ``r``'s trees, chosen by stride
+   scheduling so that every prefix of chunk indices splits over the trees in proportion to
+   their weights. Chunks are placed in the order (index, root), and each tree link's send at
+   the earliest slot at which the sender holds the chunk and the link (and, under
+   ``single_port``, both ports) has room, in a reservation table that knows the outages: the
+   chunks of a tree follow each other down it (pipelining), and links shared by several trees
+   are shared in the proportion of the chunks the trees carry.
+
+The makespan is about ``C / z + depth`` slots for rate ``z``: the throughput term is within the
+packing's ratio of the limit and the fill term (tree depth times ``L``) is paid once, so the
+ratio to the throughput limit approaches ``z / x*`` as ``C`` grows.
+
+ReduceScatter, Reduce and AllReduce come from :mod:`ccplan.pipeline.combining` (this is a
+data-movement engine): the trees of the reversed topology, reversed in time (reduce trees),
+and for AllReduce the reduce trees followed by the broadcast trees, overlapped there.
+Cut-through instances are solved on their store-and-forward twin by the registry.
+
+``options.extra``: ``trees_gap`` (the packing stops within this relative gap of ``x*``,
+default 1e-3), ``trees_pack`` (``"auto"``, ``"lp"`` or ``"greedy"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ccplan.contract import Outcome, SolveOptions, register, run_constructor
+from ccplan.errors import ValidationError
+from ccplan.heuristics.mteg import Reservations
+from ccplan.heuristics.trees_pack import (
+    PACK_LIMIT,
+    Network,
+    Packing,
+    greedy_trees,
+    integral_counts,
+    optimal_rate,
+    pack_trees,
+)
+from ccplan.instances.instance import Instance
+from ccplan.limits import Deadline
+from ccplan.schedule.core import Schedule
+
+log = logging.getLogger(__name__)
+
+KINDS: tuple[str, ...] = ("allgather", "broadcast")
+"""Collectives the engine schedules directly (the combining ones go through reversal)."""
+
+_PROGRESS_EVERY = 5.0  # seconds between progress notes while placing chunks
+_PACK_SHARE = 0.5  # share of the time limit the packing may use; the rest places the sends
+_COUNTS_SHARE = 0.2  # share of what is left for the integer chunk counts per tree
+
+
+def slot_network(instance: Instance) -> Network:
+    """The instance's topology with slot-model capacities ``omega / l`` (chunks per slot),
+    nodes by their position in ``topology.node_ids``."""
+    topo = instance.topology
+    pos = topo.node_index
+    occ = instance.occupancy
+    omega = instance.link_capacity
+    return Network(
+        n=topo.num_nodes,
+        src=tuple(pos[lk.src] for lk in topo.links),
+        dst=tuple(pos[lk.dst] for lk in topo.links),
+        cap=tuple(Fraction(int(omega[e]), int(occ[e])) for e in range(topo.num_links)),
+    )
+
+
+def bandwidth_network(topology: Any) -> Network:
+    """The topology with its link bandwidths (GB/s, as exact rationals) as capacities."""
+    pos = topology.node_index
+    return Network(
+        n=topology.num_nodes,
+        src=tuple(pos[lk.src] for lk in topology.links),
+        dst=tuple(pos[lk.dst] for lk in topology.links),
+        cap=tuple(Fraction(lk.bandwidth_GBps).limit_denominator(10**6) for lk in topology.links),
+    )
+
+
+def roots_and_terminals(instance: Instance) -> tuple[list[int], list[int]]:
+    """Root and terminal node ids of an AllGather or Broadcast instance.
+
+    Raises
+    ------
+    ValidationError
+        Another collective, or one whose chunks are not each held by exactly one GPU.
+    """
+    coll = instance.collective
+    if coll.kind not in KINDS:
+        raise ValidationError(
+            f"method 'trees' schedules {', '.join(KINDS)} (and by reversal reducescatter, reduce, "
+            f"allreduce), not {coll.kind!r}"
+        )
+    roots: set[int] = set()
+    for chunk, holders in coll.holders.items():
+        if len(holders) != 1:
+            raise ValidationError(
+                f"method 'trees': chunk {list(chunk)} has {len(holders)} holders, expects one"
+            )
+        roots |= holders
+    terminals: set[int] = set()
+    for _, nodes in coll.post:
+        terminals |= set(nodes)
+    return sorted(roots), sorted(terminals | roots)
+
+
+@dataclass
+class TreePlan:
+    """What the engine decided before placing sends."""
+
+    packing: Packing
+    optimal: Fraction
+    node_ids: tuple[int, ...]
+
+
+def plan_trees(instance: Instance, deadline: Deadline, extra: Any = None) -> TreePlan:
+    """Rate and packing of ``instance`` (steps 1 and 2 of the module docstring)."""
+    extra = extra or {}
+    roots, terminals = roots_and_terminals(instance)
+    net = slot_network(instance)
+    pos = instance.topology.node_index
+    r_pos = [pos[r] for r in roots]
+    t_pos = [pos[t] for t in terminals]
+    start = time.perf_counter()
+    x_star, _ = optimal_rate(net, r_pos, t_pos, deadline)
+    log.info("trees: optimal rate %s chunks/slot per root (%.2f s)", x_star, time.perf_counter() - start)
+    mode = str(extra.get("trees_pack", "auto"))
+    if mode not in ("auto", "lp", "greedy"):
+        raise ValidationError(f"extra.trees_pack must be 'auto', 'lp' or 'greedy', got {mode!r}")
+    if mode == "greedy" or (mode == "auto" and len(terminals) > PACK_LIMIT):
+        packing = greedy_trees(net, r_pos, t_pos, float(x_star))
+    else:
+        share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
+        gap = float(extra.get("trees_gap", 1e-3))
+        packing = pack_trees(net, r_pos, t_pos, float(x_star), share, gap=gap)
+    log.info(
+        "trees: %s packing, %d trees, rate %.6g = %.4f of optimal (%.2f s)",
+        packing.method, sum(len(t) for t in packing.trees.values()), packing.rate,
+        packing.rate / float(x_star) if x_star else 0.0, packing.seconds,
+    )
+    return TreePlan(packing, x_star, instance.topology.node_ids)
+
+
+def _stride(weights: list[float], count: int) -> list[int]:
+    """Tree index per chunk ``0 .. count-1``: every prefix within one chunk of the weights."""
+    total = sum(weights)
+    if len(weights) == 1 or total <= 0:
+        return [0] * count
+    share = [w / total for w in weights]
+    got = [0] * len(weights)
+    out = []
+    for i in range(count):
+        k = max(range(len(weights)), key=lambda j: share[j] * (i + 1) - got[j])
+        got[k] += 1
+        out.append(k)
+    return out
+
+
+def _compile(instance: Instance, plan: TreePlan) -> dict[int, list[list[tuple[int, int]]]]:
+    """Per root id, per tree: ``(link, position of the tail's hold time)`` in tree order; the
+    root holds position 0 and the head of the j-th link position j + 1."""
+    topo = instance.topology
+    compiled: dict[int, list[list[tuple[int, int]]]] = {}
+    for r_pos, trees in plan.packing.trees.items():
+        r = plan.node_ids[r_pos]
+        out = []
+        for tree in trees:
+            where = {r: 0}
+            steps = []
+            for e in tree.links:
+                where[topo.links[e].dst] = len(where)
+                steps.append((e, where[topo.links[e].src]))
+            out.append(steps)
+        compiled[r] = out
+    return compiled
+
+
+def _chunks_by_root(instance: Instance) -> dict[int, list[int]]:
+    chunks_of: dict[int, list[int]] = {}
+    for s, i in instance.collective.holders:
+        chunks_of.setdefault(s, []).append(i)
+    for idx in chunks_of.values():
+        idx.sort()
+    return chunks_of
+
+
+def _columns(
+    slot: list[int], source: list[int], index: list[int], links: list[int], instance: Instance
+) -> Schedule:
+    topo = instance.topology
+    link = np.asarray(links, dtype=np.int64)
+    src = np.array([lk.src for lk in topo.links], dtype=np.int64)
+    dst = np.array([lk.dst for lk in topo.links], dtype=np.int64)
+    return Schedule.from_columns(
+        slot=np.asarray(slot, dtype=np.int64), chunk_source=np.asarray(source, dtype=np.int64),
+        chunk_index=np.asarray(index, dtype=np.int64), src=src[link], dst=dst[link], method="trees",
+    )
+
+
+def schedule_trees(
+    instance: Instance, plan: TreePlan, deadline: Deadline, counts: dict[int, list[int]] | None = None
+) -> Schedule:
+    """Place the chunks on the trees in a reservation table (step 3 of the module docstring).
+
+    ``counts`` (per root position, chunks per tree in a period) replaces the weights of the
+    stride assignment when given.
+    """
+    topo = instance.topology
+    lat = [int(x) for x in instance.latency]
+    occ = [int(x) for x in instance.occupancy]
+    res = Reservations(instance)
+    compiled = _compile(instance, plan)
+    chunks_of = _chunks_by_root(instance)
+    picks = {}
+    for r, idx in chunks_of.items():
+        rp = topo.node_index[r]
+        weights = [float(k) for k in counts[rp]] if counts else [t.weight for t in plan.packing.trees[rp]]
+        picks[r] = _stride(weights, len(idx))
+    order = sorted((k, r) for r, idx in chunks_of.items() for k in range(len(idx)))
+    slot_c: list[int] = []
+    cs_c: list[int] = []
+    ci_c: list[int] = []
+    link_c: list[int] = []
+    free_start = res.free_start
+    reserve = res.reserve
+    last_note = time.perf_counter()
+    for n_done, (k, r) in enumerate(order):
+        if n_done % 256 == 0:
+            deadline.check()
+            now = time.perf_counter()
+            if now - last_note >= _PROGRESS_EVERY:
+                log.info("trees: placed %d of %d chunks, %d sends", n_done, len(order), len(slot_c))
+                last_note = now
+        i = chunks_of[r][k]
+        steps = compiled[r][picks[r][k]]
+        hold = [0] * (len(steps) + 1)
+        for j, (e, tail) in enumerate(steps, start=1):
+            step = occ[e]
+            t = free_start(e, hold[tail])
+            while t % step:
+                # a send of l slots starts on a multiple of l: no gap shorter than l is left
+                t = free_start(e, t + step - t % step)
+            reserve(e, t)
+            hold[j] = t + lat[e]
+            slot_c.append(t)
+            link_c.append(e)
+        cs_c.extend([r] * len(steps))
+        ci_c.extend([i] * len(steps))
+    return _columns(slot_c, cs_c, ci_c, link_c, instance)
+
+
+def _place(instance: Instance, plan: TreePlan, deadline: Deadline, details: dict[str, Any]) -> Schedule:
+    """Integer chunk counts per tree (:func:`integral_counts`) where the packing is an LP's,
+    then the reservation-table placement."""
+    counts = None
+    if plan.packing.method == "column-generation":
+        multiple = math.lcm(*(int(x) for x in instance.occupancy))
+        share = Deadline(min(deadline.at, time.perf_counter() + _COUNTS_SHARE * deadline.remaining()))
+        found = integral_counts(slot_network(instance), plan.packing, plan.optimal, share, multiple=multiple)
+        if found is not None:
+            period, counts = found
+            n = max(sum(k) for k in counts.values())
+            details["period"] = period
+            details["chunks_per_period"] = n
+            details["period_rate"] = n / period
+    return schedule_trees(instance, plan, deadline, counts)
+
+
+@register("trees")
+def trees_engine(instance: Instance, options: SolveOptions) -> Outcome:
+    """Engine ``trees``: pipelined tree packing (module docstring)."""
+    roots_and_terminals(instance)  # bad collective: a ValidationError before any work
+    start = time.perf_counter()
+    details: dict[str, Any] = {"variant": "trees"}
+
+    def build(deadline: Deadline) -> Schedule:
+        plan = plan_trees(instance, deadline, options.extra)
+        details.update(plan.packing.as_dict())
+        details["optimal_rate"] = float(plan.optimal)
+        details["optimal_rate_exact"] = str(plan.optimal)
+        return _place(instance, plan, deadline, details)
+
+    schedule, failed = run_constructor(build, options.time_limit, "trees")
+    if failed is not None:
+        return failed
+    details["seconds"] = time.perf_counter() - start
+    return Outcome(schedule=schedule, status="feasible", details=details)
