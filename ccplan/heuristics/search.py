@@ -202,6 +202,14 @@ def heuristic_search(
     def cut_aware(opts: CutAwareOptions) -> None:
         consider(opts.label(), lambda: cut_aware_schedule(instance, opts, stage_deadline()))
 
+    def trees() -> None:
+        # Pipelined tree packing (ForestColl-class) reaches the throughput limit where many
+        # chunks follow one another; with one chunk per GPU MTEGCCA's trees are as good.
+        from ccplan.heuristics.trees import KINDS, trees_schedule
+
+        if multi_chunk and instance.collective.kind in KINDS:
+            consider("trees", lambda: trees_schedule(instance, stage_deadline()))
+
     def done() -> bool:
         return best is not None and best.makespan <= bound
 
@@ -246,6 +254,8 @@ def heuristic_search(
                 cut_aware(step)
             else:
                 layered(step)
+        if not done() and not hard.expired:
+            trees()
         if effort == "quick" or best is None or done() or hard.expired:
             return
         improve()

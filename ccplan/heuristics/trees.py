@@ -280,6 +280,12 @@ def _place(instance: Instance, plan: TreePlan, deadline: Deadline, details: dict
     return schedule_trees(instance, plan, deadline, counts)
 
 
+def trees_schedule(instance: Instance, deadline: Deadline, extra: Any = None) -> Schedule:
+    """The pipelined tree-packing schedule of an AllGather or Broadcast ``instance`` under
+    ``deadline`` (raises :class:`~ccplan.limits.OutOfTimeError` when it passes)."""
+    return _place(instance, plan_trees(instance, deadline, extra), deadline, {})
+
+
 @register("trees")
 def trees_engine(instance: Instance, options: SolveOptions) -> Outcome:
     """Engine ``trees``: pipelined tree packing (module docstring)."""
