@@ -12,14 +12,16 @@ from ccplan.errors import ValidationError
 from ccplan.instances.builtin import fully_connected, ring
 from ccplan.instances.combining import allreduce
 from ccplan.instances.instance import make_instance
-from ccplan.pipeline.chunks import AUTO_CHUNKS, AUTO_MAX_PIECES, AUTO_PATIENCE, solve_auto_chunks
+from ccplan.pipeline.chunks import AUTO_TOLERANCE, solve_auto_chunks
 from ccplan.pipeline.solve import solve
 
 
 def test_auto_chunks_keeps_the_fastest_verified_candidate():
     """Every candidate is solved again here, independently: the reported times are theirs, and
     the chosen instance is the one with the smallest time in microseconds (a slot's length
-    changes with C, so slots would not compare)."""
+    changes with C, so slots would not compare). C is doubled from 1 without gaps, and the
+    doubling stopped for one of the rules of ``ccplan.pipeline.chunks``: the last candidate's
+    slot bound, or the best time, within 1 % of the physical bound."""
     topo = ring(4, alpha_us=0.0)
 
     def build(c: int):
@@ -27,22 +29,50 @@ def test_auto_chunks_keeps_the_fastest_verified_candidate():
 
     inst, result = solve_auto_chunks(build, "ring")
     reported = result.details["auto_chunks"]
-    allowed = [c for c in AUTO_CHUNKS if c == 1 or c * 4 <= AUTO_MAX_PIECES]
-    # C is doubled from 1 without gaps, and the search stops only after AUTO_PATIENCE
-    # candidates in a row that were not faster than the best before them
-    assert [int(c) for c in reported] == allowed[: len(reported)]
+    assert [int(c) for c in reported] == [2**i for i in range(len(reported))]
     times = {}
     for c in reported:
         r = solve(build(int(c)), "ring")
         assert r.verified
         times[c] = r.makespan_us
     assert reported == pytest.approx(times)
-    if len(reported) < len(allowed):
-        order = list(times.values())
-        tail = order[-AUTO_PATIENCE:]
-        assert min(order[:-AUTO_PATIENCE]) <= min(tail)
     assert result.verified and result.makespan_us == min(times.values())
     assert inst.collective.chunks == int(min(times, key=lambda k: times[k]))
+    physical = result.physical_bound_us
+    assert physical is not None and physical <= result.makespan_us
+    last = build(int(list(reported)[-1]))
+    last_bound_us = solve(last, "ring").lower_bound_slots * last.tau_us
+    assert (result.makespan_us <= (1 + AUTO_TOLERANCE) * physical
+            or last_bound_us <= (1 + AUTO_TOLERANCE) * physical), result.details["auto_stop"]
+
+
+def test_auto_chunks_stops_at_the_memory_budget_with_the_best_so_far():
+    """No fixed cap on C: the memory budget ends the doubling. A pipelined Broadcast down a
+    line of 4 GPUs gains from every doubling (the chain's time is ``(N - 2 + C)`` chunk times
+    of ``M / C``, which tends to ``M / B``, the physical bound, from above), so without a budget
+    C would grow to 256. Under a budget between the solve estimates of the first refused C and
+    the one before it (``estimate_solve`` grows with the chunk count), the search returns the
+    best schedule of the C that fit and says why it stopped."""
+    from ccplan.instances import make_topology
+    from ccplan.instances.catalog import make_collective
+    from ccplan.limits import budget
+    from ccplan.pipeline.estimate import estimate_solve
+
+    topo = make_topology("line4", range(4), duplex_links=[(i, i + 1, 50.0, 0.0) for i in range(3)])
+
+    def build(c: int):
+        return make_instance(topo, make_collective("broadcast", topo, chunks=c, root=0), "16MB")
+
+    cap = 1_200_000
+    refused = next(c for c in (2**i for i in range(12)) if estimate_solve(build(c), "mteg").bytes > cap)
+    assert refused > 4  # the test needs a few doublings before the budget bites
+    with budget(cap):
+        inst, result = solve_auto_chunks(build, "mteg")
+    tried = [int(c) for c in result.details["auto_chunks"]]
+    assert tried == [2**i for i in range(tried.index(refused // 2) + 1)]
+    assert "memory budget" in result.details["auto_stop"]
+    assert result.verified and inst.collective.chunks == refused // 2
+    assert result.makespan_us == min(result.details["auto_chunks"].values())
 
 
 def test_auto_chunks_pipelines_where_it_pays():

@@ -23,8 +23,15 @@ from ccplan.pipeline.solve import solve
 from ccplan.schedule.verify import verify
 
 # What the engine may run past its limit: the deadline is read once per model row or layer,
-# and the verification and bounds of solve() come after the engine's time.
+# and the verification and bounds of solve() come after the engine's time. On a loaded
+# 2-core machine everything runs several times slower, so the allowance scales with the limit;
+# the defects these tests guard against ran 10-50x past it (36 s for 3 s).
 SLACK = 1.5
+
+
+def within(seconds: float, limit: float) -> bool:
+    """Whether a run of ``seconds`` honoured ``limit`` (see SLACK)."""
+    return seconds < 3 * limit + SLACK
 
 
 def test_exact_combining_returns_its_upper_bound_when_the_model_cannot_be_built_in_time() -> None:
@@ -36,7 +43,7 @@ def test_exact_combining_returns_its_upper_bound_when_the_model_cannot_be_built_
     inst = make_instance(topo, make_collective("reducescatter", topo, chunks=1), "1MB")
     limit = 2.0
     result = solve(inst, "exact-combining", SolveOptions(time_limit=limit, workers=1))
-    assert result.solve_seconds < limit + SLACK
+    assert within(result.solve_seconds, limit), result.solve_seconds
     assert result.schedule is not None and result.verified
     assert result.status == "feasible"
     assert "time limit" in result.details["reason"]
@@ -60,7 +67,7 @@ def test_layered_past_its_deadline_returns_the_tree_fallback(monkeypatch: pytest
     limit = 2.5
     start = time.perf_counter()
     result = solve(inst, "layered", SolveOptions(time_limit=limit))
-    assert time.perf_counter() - start < limit + SLACK
+    assert within(time.perf_counter() - start, limit)
     assert result.schedule is not None and result.verified
     assert result.status == "feasible"
     assert "did not finish" in result.details["fallback"]

@@ -1,5 +1,15 @@
-"""``--chunks auto``: the chunk count chosen by solving C = 1, 2, 4, ... and keeping the
-fastest verified schedule in microseconds."""
+"""``--chunks auto``: the chunk count chosen against the physical bound.
+
+``C`` is doubled from 1 (C = 1, 2, 4, ...) until a schedule is within :data:`AUTO_TOLERANCE`
+(1 %) of the physical bound (:func:`ccplan.physical.physical_bound`: any chunking, continuous
+alpha-beta time), and otherwise for as long as the slot model at ``C`` can still lose more than
+1 % to the physics (its own lower bound in microseconds, the slot bound at ``C`` times ``tau``,
+is more than 1 % above the physical bound) or the last doubling still gained more than 1 %,
+and time remains. There is no fixed cap on ``C``:
+the memory budget refuses what would not fit, and that ends the search with the best
+schedule so far. The verified schedule with the shortest time in microseconds wins (a slot's
+length changes with ``C``, so slots would not compare).
+"""
 
 from __future__ import annotations
 
@@ -9,41 +19,32 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ccplan.contract import SolveOptions
-from ccplan.errors import ValidationError
+from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.pipeline.estimate import estimate_solve
 from ccplan.pipeline.solve import Result, solve
 
 log = logging.getLogger(__name__)
 
-AUTO_CHUNKS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
-"""Chunk counts ``C`` ``--chunks auto`` may try, in this order (see :data:`AUTO_PATIENCE`)."""
-
-
-AUTO_MAX_PIECES = 256
-"""``--chunks auto`` skips a ``C`` that cuts the buffer into more pieces than this (the
-schedulers' work grows with the chunk count; DGX2 with 2 chassis, 32 GPUs, still gets C = 8)."""
-
+AUTO_TOLERANCE = 0.01
+"""How far above the physical bound the slot model's own bound at ``C`` may stay before
+``--chunks auto`` stops doubling ``C`` (and how close a schedule must come to stop early)."""
 
 AUTO_PATIENCE = 2
-"""``--chunks auto`` stops doubling ``C`` after this many candidates in a row that were not
-faster than the best so far: more chunks pipeline better until the per-chunk alpha and the
-slot rounding eat the gain, so the time against ``C`` falls and then rises (one bad candidate
-may be a heuristic's accident, two are taken as the turn)."""
+"""``--chunks auto`` stops doubling ``C`` after this many candidates in a row that gave no
+verified schedule, and, without a physical bound (it could not be computed), after this many
+in a row that were not faster than the best so far."""
 
-
-def auto_chunk_candidates(pieces_per_chunk: int) -> list[int]:
-    """The ``C`` values ``--chunks auto`` may try for a collective cut into
-    ``pieces_per_chunk`` pieces per unit of ``C`` (within :data:`AUTO_MAX_PIECES`)."""
-    return [c for c in AUTO_CHUNKS if c == 1 or c * pieces_per_chunk <= AUTO_MAX_PIECES]
+AUTO_SHARE = 0.5
+"""Under a time limit, the share of the time left that candidate ``C`` may use (the rest is
+kept for ``2C``, ``4C``, ...: an engine's work grows about linearly with ``C``)."""
 
 
 def solve_auto_chunks(
     build: Callable[[int], Instance], method: str, options: SolveOptions | None = None
 ) -> tuple[Instance, Result]:
-    """Pick the chunk count for the size: solve with ``C`` = 1, 2, 4, ... (:data:`AUTO_CHUNKS`,
-    within :data:`AUTO_MAX_PIECES`) until :data:`AUTO_PATIENCE` candidates in a row are not
-    faster, and keep the verified schedule with the shortest time (microseconds, since a
-    slot's length changes with ``C``).
+    """Pick the chunk count for the size (module docstring) and return the fastest verified
+    schedule in microseconds.
 
     Parameters
     ----------
@@ -51,53 +52,85 @@ def solve_auto_chunks(
         ``C -> Instance`` (same topology, collective and size).
     method : str
     options : SolveOptions, optional
-        A time limit is shared among the candidates still to try in proportion to ``C`` (an
-        engine's work grows about linearly with the chunk count); time a candidate leaves
-        unused goes to the next ones.
+        A time limit is shared among the candidates: each gets :data:`AUTO_SHARE` of the time
+        left (the last one, all of it); time a candidate leaves unused goes to the next ones.
 
     Returns
     -------
     (Instance, Result)
         The chosen instance and its result; ``details["auto_chunks"]`` maps every ``C`` tried
-        to its makespan in microseconds (None when it failed or did not verify).
+        to its makespan in microseconds (None when it failed or did not verify), and
+        ``details["auto_stop"]`` says why the doubling stopped.
 
     Raises
     ------
     ValidationError
         No candidate gave a verified schedule (the first failure is named).
+    ResourceLimitError
+        Not even ``C = 1`` fits the memory budget.
     """
     opts = options or SolveOptions()
-    first = build(AUTO_CHUNKS[0])
-    candidates = auto_chunk_candidates(first.collective.pieces // first.collective.chunks)
     start = time.perf_counter()
     tried: dict[str, float | None] = {}
     best: tuple[float, Instance, Result] | None = None
     failure: str | None = None
-    misses = 0
-    for i, c in enumerate(candidates):
+    misses = failures = 0
+    physical: float | None = None
+    stop = ""
+    c = 1
+    while True:
+        try:
+            instance = build(c)
+            estimate_solve(instance, method).check()
+        except ResourceLimitError as exc:
+            if best is None:
+                raise
+            stop = f"C={c} refused by the memory budget ({exc})"
+            break
         share = opts
         if opts.time_limit is not None:
-            left = max(1e-3, opts.time_limit - (time.perf_counter() - start))
-            share = replace(opts, time_limit=max(1e-3, left * c / sum(candidates[i:])))
-        instance = first if c == AUTO_CHUNKS[0] else build(c)
+            left = opts.time_limit - (time.perf_counter() - start)
+            if left <= 0 and best is not None:
+                stop = "time limit reached"
+                break
+            share = replace(opts, time_limit=max(1e-3, left * AUTO_SHARE if best is not None else left / 2))
         try:
-            result = solve(instance, method, share)
+            result: Result | None = solve(instance, method, share)
         except ValidationError as exc:
             failure = failure or f"C={c}: {exc}"
-            tried[str(c)] = None
             result = None
         us = result.makespan_us if result is not None and result.verified else None
-        if result is not None:
-            tried[str(c)] = us
+        tried[str(c)] = us
+        failures = failures + 1 if us is None else 0
+        if failures >= AUTO_PATIENCE:
+            stop = f"{AUTO_PATIENCE} chunk counts in a row gave no verified schedule"
+            break
+        if result is not None and physical is None:
+            physical = result.physical_bound_us
+        gained = us is not None and (best is None or us < (1 - AUTO_TOLERANCE) * best[0])
         if us is not None and result is not None and (best is None or us < best[0]):
             best = (us, instance, result)
             misses = 0
         else:
             misses += 1
-            if misses >= AUTO_PATIENCE and best is not None:
+        if physical is not None and physical > 0:
+            if best is not None and best[0] <= (1 + AUTO_TOLERANCE) * physical:
+                stop = f"C={best[1].collective.chunks} within {AUTO_TOLERANCE:.0%} of the physical bound"
                 break
+            slot_bound = None if result is None else result.lower_bound_slots * instance.tau_us
+            if slot_bound is not None and slot_bound <= (1 + AUTO_TOLERANCE) * physical and not gained:
+                stop = (
+                    f"the slot model's bound at C={c} is within {AUTO_TOLERANCE:.0%} of the physical bound "
+                    f"and doubling C gained less than {AUTO_TOLERANCE:.0%}"
+                )
+                break
+        elif misses >= AUTO_PATIENCE and best is not None:
+            stop = f"{AUTO_PATIENCE} larger C in a row were not faster (no physical bound)"
+            break
+        c *= 2
     if best is None:
         raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
     _, instance, result = best
-    log.info("--chunks auto chose C=%d of %s", instance.collective.chunks, tried)
-    return instance, replace(result, details={**dict(result.details), "auto_chunks": tried})
+    log.info("--chunks auto chose C=%d of %s: %s", instance.collective.chunks, tried, stop)
+    details = {**dict(result.details), "auto_chunks": tried, "auto_stop": stop}
+    return instance, replace(result, details=details)
