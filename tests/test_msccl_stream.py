@@ -3,7 +3,7 @@
 Schedules come from the engine-independent greedy of ``tests/helpers.py`` (checked by
 :func:`ccplan.schedule.verify` first) or the ``heuristic`` engine through ``solve()`` (which
 verifies). The written XML is checked by the independent validator of
-``ccplan/export/xml_validate.py``, which simulates the program against the instance's
+``ccplan/export/xml_validate/``, which simulates the program against the instance's
 postcondition.
 """
 
@@ -16,8 +16,7 @@ import pytest
 from helpers import greedy_schedule
 
 from ccplan.errors import ValidationError
-from ccplan.export import msccl
-from ccplan.export.msccl import export_msccl, to_msccl_xml, write_msccl_export, write_msccl_xml
+from ccplan.export.msccl import export_msccl, rendering, to_msccl_xml, write_msccl_export, write_msccl_xml
 from ccplan.export.xml_validate import validate_xml
 from ccplan.instances import Instance, make_collective, make_instance
 from ccplan.instances.builtin import dgx1, ndv2
@@ -102,7 +101,7 @@ def test_interrupted_stream_is_all_or_none(
     """A failure (a full disk) or Ctrl-C halfway through the lines: the target keeps its old
     content and the half-written staged file is removed."""
     inst, schedule = _allgather(dgx1)
-    real = msccl._render
+    real = rendering._render
 
     def failing(built: object) -> Iterator[str]:
         for k, line in enumerate(real(built)):  # type: ignore[arg-type]
@@ -110,7 +109,7 @@ def test_interrupted_stream_is_all_or_none(
                 raise error
             yield line
 
-    monkeypatch.setattr(msccl, "_render", failing)
+    monkeypatch.setattr(rendering, "_render", failing)  # where to_msccl_xml and _stream use it
     out = tmp_path / "ag.xml"
     out.write_text("old")
     with pytest.raises(type(error)):
