@@ -97,7 +97,8 @@ def test_auto_chunks_fails_with_one_line_when_nothing_verifies():
 
 def test_cli_chunks_auto_and_busbw(capsys):
     code = main(["solve", "--topology", "ring", "--topo-arg", "n=4", "--collective", "allreduce",
-                 "--size", "1MB", "--chunks", "auto", "--method", "ring", "--json", "--quiet"])
+                 "--size", "1MB", "--chunks", "auto", "--method", "ring", "--json", "--quiet",
+                 "--time-limit", "10"])
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     tried = data["details"]["auto_chunks"]

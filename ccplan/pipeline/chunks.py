@@ -35,6 +35,10 @@ AUTO_PATIENCE = 2
 verified schedule, and, without a physical bound (it could not be computed), after this many
 in a row that were not faster than the best so far."""
 
+AUTO_DEFAULT_SECONDS = 60.0
+"""Without a time limit, how long ``--chunks auto`` keeps doubling ``C`` (the candidates'
+engines run with their own default budgets; a candidate started before this passes ends)."""
+
 AUTO_SHARE = 0.5
 """Under a time limit, the share of the time left that candidate ``C`` may use (the rest is
 kept for ``2C``, ``4C``, ...: an engine's work grows about linearly with ``C``)."""
@@ -53,7 +57,8 @@ def solve_auto_chunks(
     method : str
     options : SolveOptions, optional
         A time limit is shared among the candidates: each gets :data:`AUTO_SHARE` of the time
-        left (the last one, all of it); time a candidate leaves unused goes to the next ones.
+        left; time a candidate leaves unused goes to the next ones. Without one, no new
+        candidate starts after :data:`AUTO_DEFAULT_SECONDS`.
 
     Returns
     -------
@@ -71,6 +76,7 @@ def solve_auto_chunks(
     """
     opts = options or SolveOptions()
     start = time.perf_counter()
+    horizon = opts.time_limit if opts.time_limit is not None else AUTO_DEFAULT_SECONDS
     tried: dict[str, float | None] = {}
     best: tuple[float, Instance, Result] | None = None
     failure: str | None = None
@@ -88,11 +94,12 @@ def solve_auto_chunks(
             stop = f"C={c} refused by the memory budget ({exc})"
             break
         share = opts
+        left = horizon - (time.perf_counter() - start)
+        if left <= 0 and best is not None:
+            stop = "time limit reached" if opts.time_limit is not None else (
+                f"{AUTO_DEFAULT_SECONDS:g} s of doubling without a time limit")
+            break
         if opts.time_limit is not None:
-            left = opts.time_limit - (time.perf_counter() - start)
-            if left <= 0 and best is not None:
-                stop = "time limit reached"
-                break
             share = replace(opts, time_limit=max(1e-3, left * AUTO_SHARE if best is not None else left / 2))
         try:
             result: Result | None = solve(instance, method, share)
