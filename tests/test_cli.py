@@ -185,7 +185,7 @@ def test_output_pointing_at_a_directory_writes_nothing(capsys, tmp_path, flag):
 def test_a_failing_output_leaves_no_output_at_all(capsys, tmp_path, monkeypatch):
     """The report fails after the schedule was staged: neither file appears, no temporary file
     stays, and the error is one line."""
-    import ccplan.cli as cli_mod
+    import ccplan.cli.solve as solve_cmd
 
     def broken(outputs, result, data):  # type: ignore[no-untyped-def]
         from ccplan.schedule import save_schedule
@@ -193,7 +193,7 @@ def test_a_failing_output_leaves_no_output_at_all(capsys, tmp_path, monkeypatch)
         save_schedule(outputs.path("schedule"), result.instance, result.schedule)
         raise OSError(28, "No space left on device", "r.json")
 
-    monkeypatch.setattr(cli_mod, "_stage_result", broken)
+    monkeypatch.setattr(solve_cmd, "_stage_result", broken)
     code, _out, err = run(
         capsys, "solve", "--topology", "ring", "--topo-arg", "n=4", "--quiet",
         "--out", str(tmp_path / "s.json"), "--report", str(tmp_path / "r.json"),
@@ -291,12 +291,12 @@ def test_ctrl_c_saves_the_best_schedule_and_exits_130(tmp_path):
 
 
 def test_unexpected_error_is_one_line_exit_4(capsys, monkeypatch):
-    import ccplan.cli as cli_mod
+    import ccplan.cli.parser as cmds
 
     def boom(args):  # type: ignore[no-untyped-def]
         raise RuntimeError("something broke\nsecond line")
 
-    monkeypatch.setitem(cli_mod.COMMANDS, "methods", cli_mod.Command("x", cli_mod._add_nothing, boom))
+    monkeypatch.setitem(cmds.COMMANDS, "methods", cmds.Command("x", cmds._add_nothing, boom))
     code, _out, err = run(capsys, "methods")
     assert code == 4
     assert err.strip() == (
@@ -338,6 +338,7 @@ import hashlib
 import sys
 from pathlib import Path
 import ccplan.cli
+import ccplan.cli.signals
 from ccplan.limits import on_stop
 from ccplan.contract import register
 
@@ -351,7 +352,7 @@ def blocker(instance, options):
     # solver's search: Python's own Ctrl-C handler cannot run until it ends (minutes).
     hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
 
-ccplan.cli.STOP_GRACE_SECONDS = 1.0
+ccplan.cli.signals.STOP_GRACE_SECONDS = 1.0
 sys.exit(ccplan.cli.main(["solve", "--topology", "ring", "--method", "blocker", "--quiet"]))
 """
 

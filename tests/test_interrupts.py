@@ -103,6 +103,7 @@ STUCK_ENGINE = """
 import hashlib, sys
 from pathlib import Path
 import ccplan.cli
+import ccplan.cli.signals
 from ccplan.limits import note_incumbent
 from ccplan.contract import SolveOptions, register
 from ccplan.pipeline import get_engine
@@ -122,7 +123,7 @@ def stuck(instance, options):
     # (HiGHS's LP of the flow bound, CP-SAT's presolve)
     hashlib.pbkdf2_hmac("sha256", b"x", b"y", 10**9)
 
-ccplan.cli.STOP_GRACE_SECONDS = 1.0
+ccplan.cli.signals.STOP_GRACE_SECONDS = 1.0
 sys.exit(ccplan.cli.main(["solve", "--topology", "ring", "--method", "stuck", "--quiet",
                           "--out", sys.argv[3], "--log", sys.argv[4]]))
 """
@@ -210,7 +211,7 @@ def test_ctrl_c_in_a_sweep_reports_the_rows_it_saved(tmp_path: Path) -> None:
     table = tmp_path / "out.csv"
     mark = tmp_path / "ready"
     code_text = (
-        "import sys; import ccplan.cli as c; c.STOP_GRACE_SECONDS = 1.0; "
+        "import sys; import ccplan.cli as c; import ccplan.cli.signals as s; s.STOP_GRACE_SECONDS = 1.0; "
         f"sys.exit(c.main(['sweep', {str(config)!r}, '--out', {str(table)!r}, '--quiet']))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)]),

@@ -189,12 +189,12 @@ def test_a_byte_order_mark_is_read_not_blamed(capsys, tmp_path, encoding):
 def test_last_resort_guard_keeps_input_errors_at_exit_2(capsys, monkeypatch):
     """An exception class that only a bad input file raises (here an OverflowError, as a
     reader that forgot a range check would) exits 2 with one line, not 4."""
-    from ccplan import cli
+    from ccplan.cli import parser as cmds
 
     def boom(args: object) -> int:
         raise OverflowError("Python int too large to convert to C long")
 
-    monkeypatch.setitem(cli.COMMANDS, "methods", cli.Command("x", cli._add_nothing, boom))
+    monkeypatch.setitem(cmds.COMMANDS, "methods", cmds.Command("x", cmds._add_nothing, boom))
     assert main(["methods"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "out of range" in err[0]

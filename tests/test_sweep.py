@@ -1,4 +1,4 @@
-"""Sweeps: resumable tables, kill-and-resume, Dask path (ccplan/sweep.py).
+"""Sweeps: resumable tables, kill-and-resume, Dask path (ccplan/sweep/).
 
 The engines under test here are toy engines registered below, so these tests do not depend
 on the real engines. ``toy-seq`` sends every chunk along a BFS tree, one send at a time (each
