@@ -19,7 +19,8 @@ from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import dgx1
 from ccplan.model import exact
-from ccplan.model.exact import greedy_schedule, solve_model_with, solves, strategies
+from ccplan.model import run as run_module
+from ccplan.model.exact import greedy_schedule, solve_model_with, strategies
 from ccplan.model.lns import Neighbourhood, build_neighbourhood_model, restrict, score
 from ccplan.model.milp import build_model, schedule_from_model
 from ccplan.model.size import estimate_size
@@ -217,13 +218,15 @@ def test_ctrl_c_in_an_lns_round_returns_the_verified_incumbent(monkeypatch: pyte
     """The backend reports an interrupted search (as CP-SAT does on SIGINT): LNS keeps what
     the round found, stops, and ``solve`` raises SolveInterrupted carrying a verified result."""
     inst, warm, m = _dgx1_c2()
-    real = solves.solve_model_with
+    # LNS calls the backend through ccplan.model.run (imported when it runs), not through
+    # the engine's modules: patch it there
+    real = run_module.solve_model_with
 
     def interrupted(*args: Any, **kwargs: Any) -> exact.BackendResult:
         out = real(*args, **kwargs)
         return dataclasses.replace(out, details={**out.details, "interrupted": True})
 
-    monkeypatch.setattr(solves, "solve_model_with", interrupted)
+    monkeypatch.setattr(run_module, "solve_model_with", interrupted)
     with pytest.raises(SolveInterrupted) as info:
         solve(inst, "milp", SolveOptions(time_limit=30, extra={"strategy": "lns", "lns_slice": 3,
                                                                "warm_start_schedule": warm}))
