@@ -20,7 +20,8 @@ from ccplan.instances.builtin import resolve_topology
 from ccplan.model import exact
 from ccplan.model.exact import solve_model_with, warmstart
 from ccplan.model.lns import NEIGHBOURHOODS, build_window_model, score, window_start
-from ccplan.model.milp import _contributing, build_model, model_size, schedule_from_model
+from ccplan.model.milp import build_model, model_size, schedule_from_model
+from ccplan.model.milp.schedules import _contributing
 from ccplan.model.size import StartState, estimate_size, start_state
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
