@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stop-at", type=int, default=None, help="makespan for the cheap-first bound")
     ap.add_argument("--no-full-bound", action="store_true", help="skip the full lower bound")
     ap.add_argument("--no-symmetry", action="store_true",
-                    help="also time the full bound with every max-flow computed (bounds.SYMMETRY off)")
+                    help="also time the full bound with every max-flow computed (bounds.slots.SYMMETRY off)")
     ap.add_argument("--sends", action="store_true", help="also build the Send objects (.sends)")
     ap.add_argument("--npz", help="also save and load the columnar file at this path")
     args = ap.parse_args(argv)
@@ -151,12 +151,12 @@ def main(argv: list[str] | None = None) -> None:
         inst.__dict__.pop("_ccplan_lower_bound_slots", None)
         step("bound (full)", lambda: lower_bound_slots(inst))
         if args.no_symmetry:
-            import ccplan.bounds
+            import ccplan.bounds.slots
 
             inst.__dict__.pop("_ccplan_lower_bound_slots", None)
-            ccplan.bounds.SYMMETRY = False
+            ccplan.bounds.slots.SYMMETRY = False
             step("bound (full, no symmetry)", lambda: lower_bound_slots(inst))
-            ccplan.bounds.SYMMETRY = True
+            ccplan.bounds.slots.SYMMETRY = True
     if args.npz:
         from ccplan.schedule import load_schedule, save_schedule
 

@@ -1,8 +1,8 @@
-"""The flow bound's symmetry shortcut (``ccplan.bounds._Symmetry``) never changes a value.
+"""The flow bound's symmetry shortcut (``ccplan.bounds.symmetry._Symmetry``) never changes a value.
 
 A destination's max-flow is skipped when a checked automorphism maps a computed destination
 onto it. The bound with the shortcut must equal the bound with every flow computed
-(``bounds.SYMMETRY = False``) on every instance, symmetric or not; the checks must reject
+(``ccplan.bounds.slots.SYMMETRY = False``) on every instance, symmetric or not; the checks must reject
 permutations that are not automorphisms of the flow networks, and without them the
 shortcut would give wrong values (so the comparison can fail).
 """
@@ -16,6 +16,10 @@ import numpy as np
 import pytest
 
 import ccplan.bounds as bounds
+import ccplan.bounds.movement as movement
+import ccplan.bounds.search as search
+import ccplan.bounds.slots as slots
+import ccplan.bounds.symmetry as sym
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
@@ -64,12 +68,12 @@ def _instances() -> Iterator[tuple[str, Instance]]:
 
 def _bound(inst: Instance, symmetry: bool, windows: bool = True) -> int:
     inst.__dict__.pop("_ccplan_lower_bound_slots", None)
-    old = bounds.SYMMETRY
-    bounds.SYMMETRY = symmetry
+    old = slots.SYMMETRY
+    slots.SYMMETRY = symmetry
     try:
         return bounds.lower_bound_slots(inst, time_windows=windows)
     finally:
-        bounds.SYMMETRY = old
+        slots.SYMMETRY = old
         inst.__dict__.pop("_ccplan_lower_bound_slots", None)
 
 
@@ -77,14 +81,14 @@ def _bound(inst: Instance, symmetry: bool, windows: bool = True) -> int:
 def skips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the destinations skipped by symmetry."""
     seen: list[int] = []
-    real = bounds._Symmetry.covered
+    real = sym._Symmetry.covered
 
-    def spy(self: bounds._Symmetry, w: int, flow_seconds: float) -> bool:
+    def spy(self: sym._Symmetry, w: int, flow_seconds: float) -> bool:
         hit = real(self, w, flow_seconds)
         seen.extend([w] if hit else [])
         return hit
 
-    monkeypatch.setattr(bounds._Symmetry, "covered", spy)
+    monkeypatch.setattr(sym._Symmetry, "covered", spy)
     return seen
 
 
@@ -114,12 +118,12 @@ def test_torus_skips_nearly_every_flow(skips: list[int], rows: int, cols: int) -
     assert len(skips) >= n // 2
 
 
-def _prepared(inst: Instance) -> bounds._Symmetry:
-    prob = bounds._movement_of(inst)
-    dist = bounds._distances(prob, prob.lat)
-    hdist = bounds._holder_distances(prob, dist)
-    views = {v.v: v for v in bounds._dest_views(prob, dist, hdist, True)}
-    return bounds._Symmetry(prob, views)
+def _prepared(inst: Instance) -> sym._Symmetry:
+    prob = movement._movement_of(inst)
+    dist = movement._distances(prob, prob.lat)
+    hdist = movement._holder_distances(prob, dist)
+    views = {v.v: v for v in movement._dest_views(prob, dist, hdist, True)}
+    return sym._Symmetry(prob, views)
 
 
 def test_checks_reject_what_is_not_an_automorphism() -> None:
@@ -150,26 +154,26 @@ def test_checks_reject_what_is_not_an_automorphism() -> None:
 
 def _flow_value(inst: Instance, v: int) -> int:
     """Destination ``v``'s own flow bound (the smallest ``D`` its max-flow reaches ``|K_v|``)."""
-    prob = bounds._movement_of(inst)
-    dist = bounds._distances(prob, prob.lat)
-    hdist = bounds._holder_distances(prob, dist)
-    view = next(w for w in bounds._dest_views(prob, dist, hdist, True) if w.v == v)
-    return bounds._min_feasible(lambda D: bounds._flow_ok(prob, bounds._SlotCapacity(prob), view, D), 0)
+    prob = movement._movement_of(inst)
+    dist = movement._distances(prob, prob.lat)
+    hdist = movement._holder_distances(prob, dist)
+    view = next(w for w in movement._dest_views(prob, dist, hdist, True) if w.v == v)
+    return search._min_feasible(lambda D: slots._flow_ok(prob, search._SlotCapacity(prob), view, D), 0)
 
 
 def _skipped_pairs(inst: Instance, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """``(root, w)`` for every destination ``w`` the shortcut skipped."""
     pairs: list[tuple[int, int]] = []
-    real = bounds._Symmetry.covered
+    real = sym._Symmetry.covered
 
-    def spy(self: bounds._Symmetry, w: int, flow_seconds: float) -> bool:
+    def spy(self: sym._Symmetry, w: int, flow_seconds: float) -> bool:
         hit = real(self, w, flow_seconds)
         if hit:
             pairs.append((int(self.root_of[w]), w))
         return hit
 
     with monkeypatch.context() as m:
-        m.setattr(bounds._Symmetry, "covered", spy)
+        m.setattr(sym._Symmetry, "covered", spy)
         _bound(inst, True)
     return pairs
 
@@ -190,7 +194,7 @@ def test_skipped_destinations_have_the_roots_value(monkeypatch: pytest.MonkeyPat
     assert _mismatches(monkeypatch) == []
 
 
-def _transposition(self: bounds._Symmetry, r: int, w: int, how: str) -> np.ndarray:
+def _transposition(self: sym._Symmetry, r: int, w: int, how: str) -> np.ndarray:
     """A proposer that ignores the graph: swap ``r`` and ``w``."""
     sigma = np.arange(self.n)
     sigma[[r, w]] = [w, r]
@@ -201,8 +205,8 @@ def test_checks_stop_a_careless_proposer(monkeypatch: pytest.MonkeyPatch) -> Non
     """Proposals that ignore the graph (swap the two destinations, whatever their colour)
     pass the checks only where they are automorphisms: still no skipped destination with
     another value."""
-    monkeypatch.setattr(bounds._Symmetry, "_propose", _transposition)
-    monkeypatch.setattr(bounds._Symmetry, "_base", lambda self: np.zeros(self.n, dtype=np.int64))
+    monkeypatch.setattr(sym._Symmetry, "_propose", _transposition)
+    monkeypatch.setattr(sym._Symmetry, "_base", lambda self: np.zeros(self.n, dtype=np.int64))
     assert _mismatches(monkeypatch) == []
 
 
@@ -211,8 +215,8 @@ def test_without_the_checks_values_change(monkeypatch: pytest.MonkeyPatch) -> No
     every reached destination taken as covered) and every node in one colour skips
     destinations whose own flow bound differs from their root's, so the tests above can
     fail."""
-    monkeypatch.setattr(bounds._Symmetry, "_propose", _transposition)
-    monkeypatch.setattr(bounds._Symmetry, "_is_link_automorphism", lambda self, sigma: True)
-    monkeypatch.setattr(bounds._Symmetry, "_carries_view", lambda self, sigma, r, w: True)
-    monkeypatch.setattr(bounds._Symmetry, "_base", lambda self: np.zeros(self.n, dtype=np.int64))
+    monkeypatch.setattr(sym._Symmetry, "_propose", _transposition)
+    monkeypatch.setattr(sym._Symmetry, "_is_link_automorphism", lambda self, sigma: True)
+    monkeypatch.setattr(sym._Symmetry, "_carries_view", lambda self, sigma, r, w: True)
+    monkeypatch.setattr(sym._Symmetry, "_base", lambda self: np.zeros(self.n, dtype=np.int64))
     assert len(_mismatches(monkeypatch)) >= 10

@@ -177,7 +177,7 @@ def test_warm_start_of_a_tiny_model_is_one_round(monkeypatch) -> None:
     round (CP-SAT searches such a model in milliseconds); with the threshold at 0 the same
     instance, on which the heuristic cannot reach the bound, runs the first round plus at
     least ``WARM_START_PATIENCE`` more. Counted by wrapping the portfolio engine."""
-    from ccplan.model import exact
+    from ccplan.model.exact import warmstart
     from ccplan.model.size import estimate_size
     from ccplan.pipeline import get_engine
 
@@ -190,12 +190,14 @@ def test_warm_start_of_a_tiny_model_is_one_round(monkeypatch) -> None:
         return real(instance, options)
 
     lower = lower_bound_slots(inst)
-    _best, span = exact._heuristic_until_stagnation(inst, SolveOptions(time_limit=60), counting,
-                                                    time.perf_counter(), lower)
+    _best, span = warmstart._heuristic_until_stagnation(inst, SolveOptions(time_limit=60), counting,
+                                                        time.perf_counter(), lower)
     assert span is not None and span > lower
-    assert estimate_size(inst, span).nonzeros < exact.WARM_START_TINY_NONZEROS
+    assert estimate_size(inst, span).nonzeros < warmstart.WARM_START_TINY_NONZEROS
     assert len(calls) == 1
     calls.clear()
-    monkeypatch.setattr(exact, "WARM_START_TINY_NONZEROS", 0)
-    exact._heuristic_until_stagnation(inst, SolveOptions(time_limit=60), counting, time.perf_counter(), lower)
-    assert len(calls) >= 1 + exact.WARM_START_PATIENCE
+    monkeypatch.setattr(warmstart, "WARM_START_TINY_NONZEROS", 0)
+    warmstart._heuristic_until_stagnation(
+        inst, SolveOptions(time_limit=60), counting, time.perf_counter(), lower
+    )
+    assert len(calls) >= 1 + warmstart.WARM_START_PATIENCE

@@ -276,10 +276,11 @@ def test_ctrl_c_in_milps_warm_start_ends_the_run_with_its_schedule(monkeypatch: 
     def fake_get(name: str) -> object:
         return interrupted_portfolio if name == "heuristic" else real_get(name)
 
-    import ccplan.model.exact as exact
+    import ccplan.model.exact.engine as engine
+    import ccplan.model.exact.warmstart as warmstart
 
-    monkeypatch.setattr(exact, "sub_engine", fake_get)
-    monkeypatch.setattr(exact, "_flow_bound", lambda *a: calls.append("flow"))
+    monkeypatch.setattr(warmstart, "sub_engine", fake_get)
+    monkeypatch.setattr(engine, "_flow_bound", lambda *a: calls.append("flow"))
     topo = resolve_topology("dgx1")
     inst = make_instance(topo, make_collective("allgather", topo, chunks=1), "1MB")
     with pytest.raises(SolveInterrupted) as info:

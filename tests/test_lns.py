@@ -19,7 +19,8 @@ from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import dgx1
 from ccplan.model import exact
-from ccplan.model.exact import greedy_schedule, solve_model_with
+from ccplan.model import run as run_module
+from ccplan.model.exact import greedy_schedule, solve_model_with, strategies
 from ccplan.model.lns import Neighbourhood, build_neighbourhood_model, restrict, score
 from ccplan.model.milp import build_model, schedule_from_model
 from ccplan.model.size import estimate_size
@@ -202,8 +203,8 @@ def test_auto_hands_a_stalled_ascending_search_to_lns(monkeypatch: pytest.Monkey
     share of the time; with a share too short to build a question's model the search
     stalls at once and LNS gets the rest."""
     inst, warm, m = _dgx1_c2()
-    monkeypatch.setattr(exact, "AUTO_DIRECT_NONZEROS", 0)
-    monkeypatch.setattr(exact, "AUTO_ASCENDING_SHARE", 1e-4)
+    monkeypatch.setattr(strategies, "AUTO_DIRECT_NONZEROS", 0)
+    monkeypatch.setattr(strategies, "AUTO_ASCENDING_SHARE", 1e-4)
     res = solve(inst, "milp", SolveOptions(time_limit=40, extra={
         "warm_start_schedule": warm, "lns_rounds": 2, "lns_slice": 3,
     }))
@@ -217,13 +218,15 @@ def test_ctrl_c_in_an_lns_round_returns_the_verified_incumbent(monkeypatch: pyte
     """The backend reports an interrupted search (as CP-SAT does on SIGINT): LNS keeps what
     the round found, stops, and ``solve`` raises SolveInterrupted carrying a verified result."""
     inst, warm, m = _dgx1_c2()
-    real = exact.solve_model_with
+    # LNS calls the backend through ccplan.model.run (imported when it runs), not through
+    # the engine's modules: patch it there
+    real = run_module.solve_model_with
 
     def interrupted(*args: Any, **kwargs: Any) -> exact.BackendResult:
         out = real(*args, **kwargs)
         return dataclasses.replace(out, details={**out.details, "interrupted": True})
 
-    monkeypatch.setattr(exact, "solve_model_with", interrupted)
+    monkeypatch.setattr(run_module, "solve_model_with", interrupted)
     with pytest.raises(SolveInterrupted) as info:
         solve(inst, "milp", SolveOptions(time_limit=30, extra={"strategy": "lns", "lns_slice": 3,
                                                                "warm_start_schedule": warm}))
@@ -244,10 +247,10 @@ def test_auto_hands_a_long_question_to_lns(monkeypatch: pytest.MonkeyPatch, firs
     0.99 the later cap (``AUTO_QUESTION_SHARE``, 1e-3) does not apply to the first question:
     CP-SAT answers it (DGX1 C=2: "D <= 5?" yes, the bound), and no LNS is needed."""
     inst, warm, m = _dgx1_c2()
-    monkeypatch.setattr(exact, "AUTO_DIRECT_NONZEROS", 0)
-    monkeypatch.setattr(exact, "AUTO_ASCENDING_SHARE", 0.99)
-    monkeypatch.setattr(exact, "AUTO_FIRST_QUESTION_SHARE", first_share)
-    monkeypatch.setattr(exact, "AUTO_QUESTION_SHARE", 1e-3)
+    monkeypatch.setattr(strategies, "AUTO_DIRECT_NONZEROS", 0)
+    monkeypatch.setattr(strategies, "AUTO_ASCENDING_SHARE", 0.99)
+    monkeypatch.setattr(strategies, "AUTO_FIRST_QUESTION_SHARE", first_share)
+    monkeypatch.setattr(strategies, "AUTO_QUESTION_SHARE", 1e-3)
     res = solve(inst, "milp", SolveOptions(time_limit=40, extra={
         "warm_start_schedule": warm, "lns_rounds": 1, "lns_slice": 3,
     }))

@@ -18,9 +18,10 @@ from ccplan.errors import ValidationError
 from ccplan.instances import Instance, make_collective, make_instance, make_topology
 from ccplan.instances.builtin import resolve_topology
 from ccplan.model import exact
-from ccplan.model.exact import solve_model_with
+from ccplan.model.exact import solve_model_with, warmstart
 from ccplan.model.lns import NEIGHBOURHOODS, build_window_model, score, window_start
-from ccplan.model.milp import _contributing, build_model, model_size, schedule_from_model
+from ccplan.model.milp import build_model, model_size, schedule_from_model
+from ccplan.model.milp.schedules import _contributing
 from ccplan.model.size import StartState, estimate_size, start_state
 from ccplan.pipeline import get_engine
 from ccplan.pipeline.solve import solve
@@ -270,9 +271,9 @@ def test_warm_start_runs_the_cut_aware_companion_on_chassis(monkeypatch: pytest.
     def stub(*_: Any, **__: Any) -> tuple[Schedule, int | None]:
         return greedy, padded
 
-    monkeypatch.setattr(exact, "_heuristic_until_stagnation", stub)
+    monkeypatch.setattr(warmstart, "_heuristic_until_stagnation", stub)
     facts: dict[str, Any] = {}
-    schedule, method, _ = exact._warm_start(inst, SolveOptions(time_limit=60), 0, facts)
+    schedule, method, _ = warmstart._warm_start(inst, SolveOptions(time_limit=60), 0, facts)
     assert method == "heuristic" and schedule is not None
     assert verify(inst, schedule).makespan_slots == m_cut
     assert facts["companion"] == "cut-aware"

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ccplan.bounds import _movement_of, lower_bound_slots
+from ccplan.bounds import lower_bound_slots
+from ccplan.bounds.movement import _movement_of
 from ccplan.contract import SolveOptions
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances import builtin as bt
