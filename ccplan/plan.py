@@ -20,6 +20,7 @@ used. No XML is written that did not pass.
 Output directory layout::
 
     report.md                     the report (tables, plots)
+    report.html                   the same, one self-contained page (pictures embedded)
     plan.json                     every cell's numbers, the options used, the files written
     xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule
     schedules/<coll>_<size>.json  the best schedule (``ccplan verify`` / ``export`` read it)
@@ -494,6 +495,7 @@ def run_plan(
     if interrupted:
         note = f"Interrupted: {len(rows)} of {len(payloads)} cells finished; the others are missing."
     _write_text(report, _markdown(request, public_rows, public_best, images, plot_note, note))
+    _write_text(out / "report.html", _html(request, public_rows, best_rows, plots, plot_note, note))
     _write_text(
         out / "plan.json",
         json.dumps(
@@ -588,6 +590,41 @@ def _draw(
                 files.append(str(path.relative_to(out)))
         images[coll] = files
     return images
+
+
+def _html(
+    request: PlanRequest,
+    rows: Sequence[Mapping[str, Any]],
+    best_rows: Sequence[Mapping[str, Any]],
+    plots: bool,
+    plot_note: str | None,
+    note: str | None,
+) -> str:
+    """The self-contained ``report.html``: the report's tables, its pictures embedded."""
+    from ccplan.export.report_html import render_html
+
+    topo = request.topology
+    return render_html(
+        {
+            "topology": topo.name,
+            "gpus": len(topo.gpus),
+            "switches": len(topo.switches),
+            "links": topo.num_links,
+            "request": {
+                "collectives": list(request.collectives),
+                "sizes": list(request.sizes),
+                "methods": list(request.methods),
+                "baselines": list(request.baselines),
+                "chunks": request.chunks,
+                "time_limit": request.time_limit,
+            },
+            "best": best_rows,
+            "cells": rows,
+            "plots": plots,
+            "plot_note": plot_note,
+            "note": note,
+        }
+    )
 
 
 def _num(value: Any, spec: str = ".4g") -> str:
