@@ -13,6 +13,7 @@ from ccplan.cli.output import EXIT_OK, _fmt
 
 def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.bounds import compute_bounds
+    from ccplan.pipeline.solve import physical_of
     from ccplan.pipeline.estimate import estimate_solve
 
     instance = _instance(args)
@@ -30,6 +31,10 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     upper = res.makespan_slots if res is not None and res.verified else None
     bounds = compute_bounds(instance, upper=upper, flow=False if args.no_flow else "auto")
     data: dict[str, Any] = {"instance": instance.describe(), "tau_us": instance.tau_us, **bounds.to_dict()}
+    # the bound of the physics: any chunking, continuous alpha-beta time, any switch model
+    physical = physical_of(instance)
+    data["physical_us"] = None if physical is None else physical.us
+    data["physical_binding"] = None if physical is None else physical.binding
     if res is not None:
         data["upper_bound_method"] = args.upper_method
         data["upper_bound_slots"] = res.makespan_slots
@@ -51,8 +56,14 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     best = bounds.best_slots
     print(
         f"=> makespan >= {best} slots = {_fmt(instance.slots_to_us(best))} us; "
-        f"algbw <= {_fmt(instance.algbw_GBps(instance.slots_to_us(best)))} GB/s (slotted)"
+        f"algbw <= {_fmt(instance.algbw_GBps(instance.slots_to_us(best)))} GB/s "
+        f"(slot model: C = {instance.collective.chunks}, {instance.switch_model} switches)"
     )
+    if physical is not None:
+        print(
+            f"=> any schedule takes >= {_fmt(physical.us)} us (physical: any chunking, alpha-beta time; "
+            f"{physical.binding} part)"
+        )
     return EXIT_OK
 
 

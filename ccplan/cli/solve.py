@@ -157,9 +157,13 @@ def cmd_solve(args: argparse.Namespace) -> int:
         rows = [
             ("instance", data["instance"]),
             ("method", data["method"]),
-            ("status", data["status"]),
+            ("status", f"{data['status']} (slot model: C = {data['chunks']}, "
+                       f"{data['switch_model']} switches)"),
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
-            ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots (gap {_fmt(data['gap'], '.1%')})"),
+            ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots "
+                            f"(gap {_fmt(data['gap'], '.1%')}, slot model)"),
+            ("physical", f"{_fmt(data['physical_bound_us'])} us (gap {_fmt(data['physical_gap'], '.1%')}; "
+                         "any chunking, alpha-beta time)"),
             ("algbw", f"{_fmt(data['algbw_GBps'])} GB/s"),
             ("busbw", f"{_fmt(data.get('busbw_GBps'))} GB/s"),
             ("verified", str(data["verified"])),
@@ -169,6 +173,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         width = max(len(k) for k, _ in rows)
         for key, value in rows:
             print(f"{key:<{width}}  {value}")
+        print(f"{'proven':<{width}}  {data['claim']}")
+        print(f"{'':<{width}}  (an alpha-beta model of the machine, not a measurement)")
         for what, path in written:
             print(f"{what:<{width}}  -> {path}")
     if result.schedule is None:

@@ -231,7 +231,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     seconds = time.perf_counter() - start
     result = _verified_result(instance, method, outcome, seconds, opts)
     if opts.extra.get("physical_bound", True):
-        result = replace(result, physical=_physical(instance))
+        result = replace(result, physical=physical_of(instance))
     if outcome.details.get("interrupted"):
         what = (
             "no schedule yet"
@@ -242,7 +242,7 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     return result
 
 
-def _physical(instance: Instance) -> PhysicalBound | None:
+def physical_of(instance: Instance) -> PhysicalBound | None:
     """The physical bound of ``instance``, or None (logged) when it cannot be computed.
 
     Switches may reduce partial sums in the slot model's verifier today, so combining
