@@ -13,8 +13,8 @@ from ccplan.cli.output import EXIT_OK, _fmt
 
 def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.bounds import compute_bounds
-    from ccplan.pipeline.solve import physical_of
     from ccplan.pipeline.estimate import estimate_solve
+    from ccplan.pipeline.solve import physical_of
 
     instance = _instance(args)
     estimate_solve(instance).check()
