@@ -393,9 +393,9 @@ def test_solve_shows_layered_progress_notes_unless_quiet(capsys, monkeypatch, qu
     ``--quiet`` hides them."""
     import logging
 
-    from ccplan.heuristics import layered
+    from ccplan.heuristics.layered import construct
 
-    monkeypatch.setattr(layered, "_PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(construct, "_PROGRESS_EVERY", 0.0)
     logger = logging.getLogger("ccplan.heuristics.layered")
     handlers, propagate, level = list(logger.handlers), logger.propagate, logger.level
     argv = ["solve", "--topology", "torus2d", "--topo-arg", "rows=6", "--topo-arg", "cols=6",

@@ -1,7 +1,7 @@
 """The layered constructor's per-layer fast path and the bulk Schedule constructor.
 
-The fast path (:class:`ccplan.heuristics.layered._FastPath`) must commit exactly what the
-reference per-receiver matching (:func:`~ccplan.heuristics.layered._match_per_receiver`)
+The fast path (:class:`ccplan.heuristics.layered.fastpath._FastPath`) must commit exactly what the
+reference per-receiver matching (:func:`~ccplan.heuristics.layered.state._match_per_receiver`)
 commits: the tests run both on the same instances and compare the schedules send for send
 (and every schedule goes through the independent verifier). The row-by-row assignment rests
 on a claim about :func:`scipy.optimize.linear_sum_assignment` (see ``_FastPath``), checked
@@ -18,8 +18,8 @@ from scipy.optimize import linear_sum_assignment
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.errors import ValidationError
-from ccplan.heuristics import layered
-from ccplan.heuristics.layered import LayeredOptions, layered_schedule
+from ccplan.heuristics.layered import LayeredOptions, construct, fastpath, layered_schedule, state
+from ccplan.heuristics.layered import rows as layered_rows
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
@@ -83,7 +83,7 @@ def test_fast_path_equals_reference_matching(
 ) -> None:
     """Same sends as the per-receiver reference, and the verifier accepts them."""
     fast = layered_schedule(inst, opts)
-    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    monkeypatch.setattr(construct, "_REFERENCE_LAYER", True)
     ref = layered_schedule(inst, opts)
     assert fast.sends == ref.sends, name
     report = verify(inst, fast)
@@ -113,11 +113,11 @@ def test_fast_path_with_few_kept_pairs_equals_reference(
     in-links: the cut lists (a floor at the last kept pair, ties with it left out) are
     exercised on every receiver and must not change a send. The torus and the mesh run on the
     blocks here (``_COMPILED`` off), not on the compiled rule, which keeps no lists."""
-    monkeypatch.setattr(layered, "_COMPILED", False)
-    monkeypatch.setattr(layered, "_KEEP", keep)
-    monkeypatch.setattr(layered, "_BLOCK_LINKS", block)
+    monkeypatch.setattr(construct, "_COMPILED", False)
+    monkeypatch.setattr(fastpath, "_KEEP", keep)
+    monkeypatch.setattr(fastpath, "_BLOCK_LINKS", block)
     fast = layered_schedule(inst, opts)
-    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    monkeypatch.setattr(construct, "_REFERENCE_LAYER", True)
     ref = layered_schedule(inst, opts)
     assert fast.sends == ref.sends, name
     assert verify(inst, fast).ok
@@ -165,7 +165,7 @@ def test_compiled_path_equals_reference_and_blocks(
     way round."""
     opts = LayeredOptions(slack=slack_seed[0], seed=slack_seed[1])
     calls = {"compiled": 0, "block": 0}
-    compiled_layer, block_layer = layered._FastPath.compiled_layer, layered._FastPath.layer
+    compiled_layer, block_layer = fastpath._FastPath.compiled_layer, fastpath._FastPath.layer
 
     def count(kind: str, fn):  # type: ignore[no-untyped-def]
         def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -174,14 +174,14 @@ def test_compiled_path_equals_reference_and_blocks(
 
         return wrapped
 
-    monkeypatch.setattr(layered._FastPath, "compiled_layer", count("compiled", compiled_layer))
-    monkeypatch.setattr(layered._FastPath, "layer", count("block", block_layer))
+    monkeypatch.setattr(fastpath._FastPath, "compiled_layer", count("compiled", compiled_layer))
+    monkeypatch.setattr(fastpath._FastPath, "layer", count("block", block_layer))
     fast = layered_schedule(inst, opts)
     assert calls["compiled"] > 0 and calls["block"] == 0
-    monkeypatch.setattr(layered, "_COMPILED", False)
+    monkeypatch.setattr(construct, "_COMPILED", False)
     blocks = layered_schedule(inst, opts)
     assert calls["block"] > 0
-    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    monkeypatch.setattr(construct, "_REFERENCE_LAYER", True)
     ref = layered_schedule(inst, opts)
     assert fast.sends == ref.sends, name
     assert blocks.sends == ref.sends, name
@@ -226,9 +226,9 @@ def test_assignment_matrix_is_the_matrix_of_assign() -> None:
         units = rng.integers(1, 3, size=n_links).astype(np.int64) if trial % 2 else np.ones(n_links, np.int64)
         p = int(rng.integers(3))
         links = np.arange(n_links, dtype=np.intp)
-        mat, cols, row_link = assignment_matrix(cand, links, units, p, in_held, layered._FIXED_BY_HELD, score)
+        mat, cols, row_link = assignment_matrix(cand, links, units, p, in_held, state._FIXED_BY_HELD, score)
         row, chunk = np.nonzero(offered)
-        w = layered._FIXED[in_held[p, chunk].astype(np.intp) - 1] + score[chunk]
+        w = state._FIXED[in_held[p, chunk].astype(np.intp) - 1] + score[chunk]
         assert np.array_equal(cols, np.unique(chunk))
         rows_of = [i for i in range(n_links) for _ in range(int(units[i]))]
         assert row_link.tolist() == rows_of
@@ -247,7 +247,7 @@ def test_rows_first_matches_linear_sum_assignment(mask_from: int, monkeypatch: p
     full assignment ``_assign`` must equal scipy on that matrix with either way of finding its
     columns (by sorting, or by a mask over chunk ids as above ``_ASSIGN_MASK_FROM`` pairs).
     """
-    monkeypatch.setattr(layered, "_ASSIGN_MASK_FROM", mask_from)
+    monkeypatch.setattr(layered_rows, "_ASSIGN_MASK_FROM", mask_from)
     rng = np.random.default_rng(7)
     answered = 0
     for _ in range(3000):
@@ -260,7 +260,7 @@ def test_rows_first_matches_linear_sum_assignment(mask_from: int, monkeypatch: p
         chunks = np.concatenate(chunk_lists)
         w = 10**9 + rng.integers(0, 3, len(chunks)) * 10**4
         rel = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        found = layered._rows_first(w, chunks, rel, counts, units)
+        found = layered_rows._rows_first(w, chunks, rel, counts, units)
         cols = np.unique(chunks)
         mat = np.zeros((n_links, len(cols)), dtype=np.int64)
         mat[np.repeat(np.arange(n_links), counts), np.searchsorted(cols, chunks)] = w
@@ -268,7 +268,7 @@ def test_rows_first_matches_linear_sum_assignment(mask_from: int, monkeypatch: p
         rows, colsel = linear_sum_assignment(mat, maximize=True)
         row_link = np.repeat(np.arange(n_links), units)
         full = [(int(row_link[r]), int(cols[k])) for r, k in zip(rows, colsel, strict=True) if mat[r, k] > 0]
-        assert layered._assign(w, chunks, counts, units, list(range(n_links))) == full
+        assert layered_rows._assign(w, chunks, counts, units, list(range(n_links))) == full
         if found is not None:
             answered += 1
             assert found == full
@@ -346,5 +346,5 @@ def test_block_ending_in_a_switch_keeps_each_links_own_pairs(
     report = verify(inst, fast)
     assert report.ok, report.violations[:3]
     assert report.makespan_slots is not None and report.makespan_slots >= lower_bound_slots(inst)
-    monkeypatch.setattr(layered, "_REFERENCE_LAYER", True)
+    monkeypatch.setattr(construct, "_REFERENCE_LAYER", True)
     assert fast.sends == layered_schedule(inst).sends

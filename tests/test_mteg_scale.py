@@ -24,6 +24,8 @@ import pytest
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.heuristics import mteg as mt
+from ccplan.heuristics.mteg import builder as mt_builder
+from ccplan.heuristics.mteg import treecost as mt_tree
 from ccplan.instances import builtin as bt
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.instance import Instance
@@ -32,17 +34,17 @@ from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import verify
 
 
-class _FreshBuilder(mt._Builder):
+class _FreshBuilder(mt_builder._Builder):
     """The tree-cost TM with one fresh label-setting search per iteration (the code before
     the incremental search, kept as the reference)."""
 
-    def _frontier(self, tree: mt._ChunkTree) -> list[int]:
+    def _frontier(self, tree: mt_tree._ChunkTree) -> list[int]:
         return [v for v in tree.arrival if any(self.head[j] not in tree.arrival for j in self.out[v])]
 
-    def _search_fresh(self, trees: list[mt._ChunkTree], horizon: int | None) -> mt._Label | None:
+    def _search_fresh(self, trees: list[mt_tree._ChunkTree], horizon: int | None) -> mt_tree._Label | None:
         self.searches += 1
         res, lat, head, out = self.res, self.lat, self.head, self.out
-        heap: list[tuple[int, int, int, int, int, mt._Label, int]] = []
+        heap: list[tuple[int, int, int, int, int, mt_tree._Label, int]] = []
         seq = 0
         limit = horizon if horizon is not None else math.inf
         for ci, tree in enumerate(trees):
@@ -61,7 +63,7 @@ class _FreshBuilder(mt._Builder):
                     cost = lat[j] + (t - b if t > b else 0)
                     gen = 0 if y in tree.remaining else 1
                     heapq.heappush(
-                        heap, (cost, arr, y, ci, seq, mt._Label(cost, arr, y, ci, j, t, None, v), gen)
+                        heap, (cost, arr, y, ci, seq, mt_tree._Label(cost, arr, y, ci, j, t, None, v), gen)
                     )
                     seq += 1
         popped: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -76,7 +78,7 @@ class _FreshBuilder(mt._Builder):
                     arr2 = t2 + lat[j]
                     if arr2 <= limit:
                         cost2 = lat[j] + (t2 - b if t2 > b else 0)
-                        nxt = mt._Label(cost2, arr2, y, ci, j, t2, None, v)
+                        nxt = mt_tree._Label(cost2, arr2, y, ci, j, t2, None, v)
                         heapq.heappush(heap, (cost2, arr2, y, ci, seq, nxt, 1 if t2 < b else 0))
                         seq += 1
             if y in tree.remaining:
@@ -100,13 +102,12 @@ class _FreshBuilder(mt._Builder):
                 if arr2 > limit:
                     continue
                 cost2 = cost + (t - arr) + lat[j]
-                heapq.heappush(
-                    heap, (cost2, arr2, z, ci, seq, mt._Label(cost2, arr2, z, ci, j, t, lab, lab.root), 0)
-                )
+                nxt = mt_tree._Label(cost2, arr2, z, ci, j, t, lab, lab.root)
+                heapq.heappush(heap, (cost2, arr2, z, ci, seq, nxt, 0))
                 seq += 1
         return None
 
-    def _task_tree_cost(self, trees: list[mt._ChunkTree]) -> None:
+    def _task_tree_cost(self, trees: list[mt_tree._ChunkTree]) -> None:
         while any(t.remaining for t in trees):
             lab = self._search_fresh(trees, self.horizon)
             if lab is None:
@@ -116,7 +117,7 @@ class _FreshBuilder(mt._Builder):
                 self._extend(probe.arrival if probe is not None else None)
                 continue
             hops = []
-            p: mt._Label | None = lab
+            p: mt_tree._Label | None = lab
             while p is not None:
                 hops.append((p.link, p.send))
                 p = p.parent
@@ -287,7 +288,7 @@ def test_progress_notes_on_long_runs(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """With the note interval at 0 every task start logs how far the run is."""
-    monkeypatch.setattr(mt, "_PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(mt_builder, "_PROGRESS_EVERY", 0.0)
     inst = _ag(lambda: bt.ndv2(4))()
     with caplog.at_level("INFO", logger="ccplan.heuristics.mteg"):
         result = mt.mteg_schedule(inst)

@@ -131,9 +131,10 @@ def test_progress_notes_on_the_log(caplog, monkeypatch):
     import logging
 
     from ccplan.heuristics import cutaware, layered
+    from ccplan.heuristics.layered import construct
 
     monkeypatch.setattr(cutaware, "_PROGRESS_EVERY", 0.0)
-    monkeypatch.setattr(layered, "_PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(construct, "_PROGRESS_EVERY", 0.0)
     inst = _allgather(bt.ndv2(1), "1MB")
     with caplog.at_level(logging.INFO, logger="ccplan.heuristics"):
         assert verify(inst, cut_aware_schedule(inst)).ok

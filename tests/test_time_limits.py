@@ -14,7 +14,7 @@ import time
 import pytest
 
 from ccplan.contract import SolveOptions
-from ccplan.heuristics import layered as layered_mod
+from ccplan.heuristics.layered import engine as layered_mod
 from ccplan.heuristics.tree_fallback import applies, tree_fallback
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import resolve_topology
