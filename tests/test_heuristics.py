@@ -313,3 +313,26 @@ def test_engines_through_solve():  # type: ignore[no-untyped-def]
     assert best.makespan_slots == min(s for s in spans if s is not None)
     assert best.details["variant"] in best.details["variants"]
     assert best.details["makespan_slots"] == best.makespan_slots
+
+
+def test_a_crashing_variant_does_not_end_the_portfolio(monkeypatch):
+    """The ``heuristic`` portfolio on DGX-1 AllGather with ``layered`` made to crash (an
+    IndexError, the class of defect the random fabrics once found in it): the other variants
+    still give a verified schedule, the crash is reported in the facts, and the makespan is at
+    least the lower bound."""
+    import ccplan.heuristics.search as search
+    from ccplan.bounds import lower_bound_slots
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.instances.catalog import make_collective
+    from ccplan.instances.instance import make_instance
+
+    def crash(*args, **kwargs):
+        raise IndexError("index 9 is out of bounds")
+
+    monkeypatch.setattr(search, "layered_schedule", crash)
+    topo = resolve_topology("dgx1")
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=2), "1MB")
+    best, _cands, facts = search.heuristic_search(inst, time_limit=20)
+    assert best is not None and verify(inst, best.schedule).ok
+    assert best.makespan >= lower_bound_slots(inst)
+    assert any(label.startswith("layered") for label in facts["failed_variants"])

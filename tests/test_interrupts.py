@@ -288,3 +288,19 @@ def test_ctrl_c_in_milps_warm_start_ends_the_run_with_its_schedule(monkeypatch: 
     assert calls == ["heuristic"]
     result = info.value.result
     assert result is not None and result.verified  # type: ignore[attr-defined]
+
+
+def test_after_an_interrupt_a_library_warning_adds_no_line() -> None:
+    """Once a command takes the interrupt path, the user sees its one line only: a warning a
+    library raises about the work cut short (matplotlib's, from a figure being drawn) is
+    silenced. In a fresh interpreter (pytest records warnings itself, so in-process they would
+    never reach stderr either way); without the filter Python prints the warning's two lines."""
+    code = (
+        "import sys, warnings\n"
+        "from ccplan.cli.signals import _take_interrupt\n"
+        "_take_interrupt()\n"
+        "print('ccplan: interrupted; nothing saved', file=sys.stderr)\n"
+        "warnings.warn('FigureCanvasAgg is non-interactive, and thus cannot be shown', UserWarning)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr.strip().splitlines() == ["ccplan: interrupted; nothing saved"], done.stderr

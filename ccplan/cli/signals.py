@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,9 @@ def _take_interrupt() -> None:
     the watcher is already saving, which ends the process."""
     with _STOP_LOCK:
         _stopping["handled"] = True
+    # After an interrupt the user sees one line: a library's warning about the work cut short
+    # (e.g. matplotlib's, from a figure being drawn) is not news.
+    warnings.simplefilter("ignore")
 
 
 def _watch_signals() -> Callable[[], None]:

@@ -152,6 +152,7 @@ def heuristic_search(
     mteg_runs: list[MtegResult] = []
     best: Candidate | None = None
     timed_out: list[str] = []
+    failed: list[str] = []
 
     restarts = 0
     lns_iterations = 0
@@ -170,6 +171,12 @@ def heuristic_search(
             schedule = make()
         except OutOfTimeError:
             timed_out.append(label)
+            return
+        except (CCPlanError, ArithmeticError, LookupError, ValueError) as exc:
+            # One variant's failure (a refusal, or a defect the verifier would also catch)
+            # must not end the portfolio: the others may still give a verified schedule.
+            log.error("heuristic variant %s failed: %s: %s", label, type(exc).__name__, exc)
+            failed.append(label)
             return
         report = verify(instance, schedule)
         seconds = time.perf_counter() - t0
@@ -317,6 +324,8 @@ def heuristic_search(
     }
     if timed_out:
         facts["stopped_by_time_limit"] = timed_out
+    if failed:
+        facts["failed_variants"] = failed
     if interrupted:
         facts["interrupted"] = True
     return best, cands, facts
