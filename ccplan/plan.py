@@ -249,6 +249,12 @@ def _fill(row: dict[str, Any], result: Any, instance: Any) -> None:
         "algbw_GBps",
         "verified",
         "solve_seconds",
+        # what is proven and in which model, and the distance to the physics (any chunking)
+        "chunks",
+        "switch_model",
+        "physical_bound_us",
+        "physical_gap",
+        "claim",
     ):
         row[k] = data[k]
     row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
