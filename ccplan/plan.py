@@ -109,7 +109,7 @@ class PlanRequest:
     sizes: tuple[str, ...]
     methods: tuple[str, ...] = ("heuristic", "milp")
     baselines: tuple[str, ...] = ("ring", "tree")
-    chunks: int = 1
+    chunks: int | str = "auto"
     time_limit: float = 10.0
     workers: int = 1
     root: int | None = None
@@ -141,7 +141,8 @@ class PlanRequest:
             raise ValidationError("plan: give at least one size")
         if not self.methods:
             raise ValidationError("plan: give at least one method")
-        int_value(self.chunks, "plan: chunks", low=1)
+        if self.chunks != "auto":
+            int_value(self.chunks, "plan: chunks", low=1)
         if self.root is not None:
             int_value(self.root, "plan: root")
         float_value(self.time_limit, "plan: time_limit", positive=True)
@@ -164,7 +165,8 @@ class PlanRequest:
                 f"(root applies to {rooted})"
             )
         for coll in self.collectives:
-            collective = make_collective(coll, self.topology, chunks=self.chunks, root=self.root)
+            first = _first_chunks(self.chunks)
+            collective = make_collective(coll, self.topology, chunks=first, root=self.root)
             for size in self.sizes:
                 try:
                     make_instance(
@@ -195,6 +197,11 @@ def _no_duplicates(name: str, values: Sequence[Any], shown: Sequence[str] | None
 # ============================================================================ one cell
 
 
+def _first_chunks(chunks: int | str) -> int:
+    """The chunk count a request's checks build with (``auto`` starts at C = 1)."""
+    return 1 if chunks == "auto" else int(chunks)
+
+
 def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Solve one cell in a worker and return its row, with the schedule JSON when verified.
 
@@ -204,22 +211,31 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     from ccplan.contract import SolveOptions
     from ccplan.errors import SolveInterrupted
     from ccplan.instances import make_collective, make_instance
+    from ccplan.pipeline.chunks import solve_auto_chunks
     from ccplan.pipeline.solve import solve
 
     row: dict[str, Any] = {k: payload[k] for k in ("key", "collective", "size", "method", "role")}
     try:
         topo = Topology.from_dict(payload["topology"])
-        coll = make_collective(payload["collective"], topo, chunks=payload["chunks"], root=payload["root"])
-        instance = make_instance(
-            topo,
-            coll,
-            payload["size"],
-            tau_rule=payload["tau_rule"],
-            alpha_threshold=payload["alpha_threshold"],
-        )
+
+        def build(chunks: int) -> Any:
+            coll = make_collective(payload["collective"], topo, chunks=chunks, root=payload["root"])
+            return make_instance(
+                topo,
+                coll,
+                payload["size"],
+                tau_rule=payload["tau_rule"],
+                alpha_threshold=payload["alpha_threshold"],
+            )
+
+        instance = build(_first_chunks(payload["chunks"]))
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
         try:
-            result = solve(instance, payload["method"], options)
+            if payload["chunks"] == "auto":
+                # C doubled against the physical bound within the cell's time (pipeline.chunks)
+                instance, result = solve_auto_chunks(build, payload["method"], options)
+            else:
+                result = solve(instance, payload["method"], options)
         except SolveInterrupted as exc:
             # Ctrl-C contract (ccplan/errors.py): keep the verified best-so-far, tell the caller to stop.
             row["interrupted"] = True
@@ -451,8 +467,13 @@ def run_plan(
                 best_rows.append(entry)
                 continue
             best = min(verified, key=lambda r: (r["makespan_us"], request.methods.index(r["method"])))
-            # The tightest bound any cell proved holds for every schedule of this instance.
-            bound_slots = max(r["lower_bound_slots"] for r in cell if r.get("lower_bound_slots") is not None)
+            # The tightest bound any cell of the same chunk count proved holds for every schedule
+            # of this instance (a slot bound at another C, which --chunks auto may pick, does not).
+            bound_slots = max(
+                r["lower_bound_slots"]
+                for r in cell
+                if r.get("lower_bound_slots") is not None and r.get("chunks") == best.get("chunks")
+            )
             instance, schedule = Schedule.from_dict(best["schedule"])
             stem = f"{coll}_{_slug(size)}"
             sched_path = out / "schedules" / f"{stem}.json"
@@ -473,6 +494,11 @@ def run_plan(
                 gap=gap,
                 algbw_GBps=best["algbw_GBps"],
                 busbw_GBps=best["busbw_GBps"],
+                chunks=best.get("chunks"),
+                switch_model=best.get("switch_model"),
+                physical_bound_us=best.get("physical_bound_us"),
+                physical_gap=best.get("physical_gap"),
+                claim=best.get("claim"),
                 schedule=str(sched_path.relative_to(out)),
                 xml=None if options is None else f"xml/{stem}.xml",
                 xml_options=None if options is None else dict(options),
@@ -654,7 +680,12 @@ def _markdown(
         "",
         f"{len(topo.gpus)} GPUs, {len(topo.switches)} switches, {topo.num_links} directed links. "
         f"Candidates: {', '.join(request.methods)}; baselines: {', '.join(request.baselines) or 'none'}. "
-        f"C = {request.chunks} chunk(s) per contribution, {request.time_limit:g} s per cell, "
+        + (
+            "C chosen per cell (`--chunks auto`: doubled until within 1 % of the physical bound), "
+            if request.chunks == "auto"
+            else f"C = {request.chunks} chunk(s) per contribution, "
+        )
+        + f"{request.time_limit:g} s per cell, "
         f"{request.workers} CP-SAT worker(s); load average {_num(load, '.2f')} when the report was written.",
         "",
         "Every schedule below passed the independent verifier; every XML file passed `validate-xml` "

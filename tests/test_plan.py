@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "data" / "import"
 
 def _check_plan_dir(out: Path, expected_cells: int) -> dict:
     """Every best schedule verifies, every XML passes the validator against its instance, and
-    every cell's makespan is at least the best bound of its (collective, size)."""
+    every cell's makespan is at least the best bound of its (collective, size, chunk count)."""
     plan = json.loads((out / "plan.json").read_text())
     assert len(plan["best"]) == expected_cells
     for best in plan["best"]:
@@ -39,9 +39,11 @@ def _check_plan_dir(out: Path, expected_cells: int) -> dict:
             (best["makespan_slots"] - best["lower_bound_slots"]) / best["makespan_slots"]
         )
         for cell in plan["cells"]:
-            if (cell["collective"], cell["size"]) == (best["collective"], best["size"]) and cell.get(
-                "verified"
-            ):
+            # a slot bound holds for schedules of its own chunk count (--chunks auto may pick
+            # another C per cell)
+            if (cell["collective"], cell["size"], cell.get("chunks")) == (
+                best["collective"], best["size"], best["chunks"]
+            ) and cell.get("verified"):
                 assert cell["makespan_slots"] >= best["lower_bound_slots"]
     assert (out / "report.md").is_file()
     return plan
@@ -57,7 +59,7 @@ def test_plan_builtin_ring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     rc = main(
         [
             "plan", "--topology", "ring", "--topo-arg", "n=4", "--collectives", "allgather,allreduce",
-            "--sizes", "64KB,1MB", "--time-limit", "3", "--out", str(out), "--quiet",
+            "--sizes", "64KB,1MB", "--time-limit", "3", "--out", str(out), "--quiet", "--chunks", "1",
         ]
     )  # fmt: skip
     assert rc == 0
@@ -81,6 +83,27 @@ def test_plan_builtin_ring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         )
 
 
+def test_plan_chooses_the_chunk_count_by_default(tmp_path: Path) -> None:
+    """The same ring and AllGather 1 MB with the default ``--chunks auto``: C = 1 gives the
+    20 us of the derivation above, so any C the plan keeps is at most that; more chunks
+    pipeline over the two hops, so the plan picks C > 1 and beats it. The row says the C it
+    chose, the switch model, the physical bound and the claim in words; the schedule file
+    is of that C."""
+    req = PlanRequest(
+        resolve_topology("ring", n=4), ("allgather",), ("1MB",), methods=("heuristic",), baselines=(),
+        time_limit=5,
+    )
+    assert req.chunks == "auto"
+    run_plan(req, tmp_path / "p", plots=False)
+    plan = _check_plan_dir(tmp_path / "p", expected_cells=1)
+    best = plan["best"][0]
+    assert best["chunks"] > 1 and best["makespan_us"] < 20.0
+    assert best["switch_model"] == "store-and-forward"
+    assert best["physical_bound_us"] is not None and f"C = {best['chunks']}" in best["claim"]
+    instance, _ = load_schedule(tmp_path / "p" / best["schedule"])
+    assert instance.collective.chunks == best["chunks"]
+
+
 def test_plan_imported_pcie_box_two_processes(tmp_path: Path) -> None:
     """An imported topology with switches (the PCIe tree: relays collapse in the XML), run
     on two local worker processes."""
@@ -99,7 +122,8 @@ def test_plan_on_dask(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed")
     topo = resolve_topology("ring", n=4)
     req = PlanRequest(
-        topo, ("allgather",), ("1MB",), methods=("heuristic",), baselines=("ring",), time_limit=2
+        topo, ("allgather",), ("1MB",), methods=("heuristic",), baselines=("ring",), time_limit=2,
+        chunks=1,  # the C = 1 optimum of test_plan_builtin_ring: 20 us on both
     )
     with distributed.LocalCluster(
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None

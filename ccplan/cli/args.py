@@ -74,7 +74,7 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     topology = _topology(args)
     count = args.chunks if chunks is None else chunks
     if count == "auto":
-        raise ValidationError("--chunks auto is only available for `solve`")
+        raise ValidationError("--chunks auto is available for `solve` and `plan`")
     collective = make_collective(
         args.collective, topology, chunks=count, root=args.root, dests=_parse_dests(args.dests)
     )
@@ -144,7 +144,7 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         "--chunks",
         type=_chunks_arg,
         default=1,
-        help="chunks per contribution C (default 1); `auto` (solve only): C = 1, 2, 4, ... while faster",
+        help="chunks per contribution C (default 1); `auto`: C = 1, 2, 4, ... against the physical bound",
     )
     g.add_argument(
         "--tau-rule",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ccplan.cli.args import _nonneg_int, _positive_float, _positive_int, _topology
+from ccplan.cli.args import _chunks_arg, _nonneg_int, _positive_float, _positive_int, _topology
 from ccplan.cli.output import EXIT_INTERRUPTED, EXIT_OK, _fmt
 from ccplan.cli.signals import _take_interrupt
 from ccplan.errors import ValidationError
@@ -86,7 +86,13 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--baselines", default="ring,tree", help="reported beside the best ('' for none)")
     # the same argument types as `solve`: the same values are refused with the same line
-    p.add_argument("--chunks", type=_positive_int, default=1, help="chunks per contribution C (default 1)")
+    p.add_argument(
+        "--chunks",
+        type=_chunks_arg,
+        default="auto",
+        help="chunks per contribution C, or `auto` (default): per cell, C = 1, 2, 4, ... until the "
+        "slot model comes within 1%% of the physical bound or the cell's time is up",
+    )
     p.add_argument("--root", type=_nonneg_int, help="root GPU of rooted collectives")
     p.add_argument("--time-limit", type=_positive_float, default=10.0, help="seconds per cell (default 10)")
     p.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers per cell (default 1)")
