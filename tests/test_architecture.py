@@ -61,21 +61,16 @@ def _ccplan_frame(frame: FrameType | None) -> FrameType | None:
     return frame
 
 
-def test_an_allreduce_solve_goes_down_the_layers() -> None:
-    """``ccplan.solve`` of an AllReduce with ``heuristic`` on a 4-GPU ring: the pipeline's time
-    reversal, the portfolio on the reversed AllGather and on the AllGather, the bounds and
-    the verifier. Every traced call goes to the same layer or a lower one."""
-    instance = make_instance(
-        topo := resolve_topology("ring", n=4), make_collective("allreduce", topo, chunks=2), "1MB"
-    )
-    upward: set[tuple[str, str]] = set()
+def _upward_calls(run: Any) -> tuple[Any, set[tuple[str, str, str, str]], set[int]]:
+    """Run ``run()`` under a profiler; return its value, every call from a ccplan function to
+    one of a higher layer as ``(caller module, caller function, callee module, callee
+    function)``, and the layers entered. Module bodies run by an import are not calls."""
+    upward: set[tuple[str, str, str, str]] = set()
     seen: set[int] = set()
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event != "call":
-            return
         callee = str(frame.f_globals.get("__name__", ""))
-        if not callee.startswith("ccplan.") or frame.f_code.co_name == "<module>":
+        if event != "call" or not callee.startswith("ccplan.") or frame.f_code.co_name == "<module>":
             return
         caller_frame = _ccplan_frame(frame.f_back)
         if caller_frame is None:
@@ -85,14 +80,32 @@ def test_an_allreduce_solve_goes_down_the_layers() -> None:
         if low is None or high is None:
             return
         seen.add(high)
-        if high > low and not any(caller.startswith(a) and callee.startswith(b) for a, b in ALLOWED_UPWARD):
-            upward.add((caller + "." + caller_frame.f_code.co_name, callee + "." + frame.f_code.co_name))
+        if high > low:
+            upward.add((caller, caller_frame.f_code.co_name, callee, frame.f_code.co_name))
 
     sys.setprofile(profile)
     try:
-        result = ccplan.solve(instance, "heuristic", ccplan.SolveOptions(time_limit=20, workers=1))
+        value = run()
     finally:
         sys.setprofile(None)
+    return value, upward, seen
+
+
+def test_an_allreduce_solve_goes_down_the_layers() -> None:
+    """``ccplan.solve`` of an AllReduce with ``heuristic`` on a 4-GPU ring: the pipeline's time
+    reversal, the portfolio on the reversed AllGather and on the AllGather, the bounds and
+    the verifier. Every traced call goes to the same layer or a lower one."""
+    instance = make_instance(
+        topo := resolve_topology("ring", n=4), make_collective("allreduce", topo, chunks=2), "1MB"
+    )
+    result, calls, seen = _upward_calls(
+        lambda: ccplan.solve(instance, "heuristic", ccplan.SolveOptions(time_limit=20, workers=1))
+    )
+    upward = {
+        (f"{caller}.{fn}", f"{callee}.{gn}")
+        for caller, fn, callee, gn in calls
+        if not any(caller.startswith(a) and callee.startswith(b) for a, b in ALLOWED_UPWARD)
+    }
     assert result.verified and result.makespan_slots is not None
     assert result.makespan_slots >= result.lower_bound_slots
     assert not upward, sorted(upward)
@@ -111,25 +124,10 @@ def test_exact_warm_start_takes_the_engine_the_pipeline_hands_down() -> None:
 
     topo = make_topology("star3", range(3), duplex_links=[(g, 3, 50.0, 0.0) for g in range(3)], switches=[3])
     instance = make_instance(topo, make_collective("allgather", topo), "750MB", switch_model="cut-through")
-    upward: set[tuple[str, str]] = set()
-
-    def profile(frame: FrameType, event: str, arg: Any) -> None:
-        callee = str(frame.f_globals.get("__name__", ""))
-        if event != "call" or not callee.startswith("ccplan.") or frame.f_code.co_name == "<module>":
-            return
-        caller_frame = _ccplan_frame(frame.f_back)
-        if caller_frame is None:
-            return
-        caller = str(caller_frame.f_globals["__name__"])
-        low, high = _layer(caller), _layer(callee)
-        if low is not None and high is not None and high > low:
-            upward.add((caller.split(".")[1], callee))
-
-    sys.setprofile(profile)
-    try:
-        result = ccplan.solve(instance, "milp", ccplan.SolveOptions(time_limit=30, workers=1))
-    finally:
-        sys.setprofile(None)
+    result, calls, _seen = _upward_calls(
+        lambda: ccplan.solve(instance, "milp", ccplan.SolveOptions(time_limit=30, workers=1))
+    )
+    upward = {(caller.split(".")[1], callee) for caller, _fn, callee, _gn in calls}
     # docs/model.md, "Cut-through switches": 2 slots cut-through, proven
     assert result.status == "optimal" and result.makespan_slots == 2 and result.verified
     # the warm start itself meets the bound: the handed-down heuristic ran on the twin and was
