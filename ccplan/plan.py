@@ -36,11 +36,11 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
 from ccplan.instances.topology import Topology
-from ccplan.pipeline.solve import BUSBW_FACTORS
+from ccplan.pipeline.solve import BUSBW_FACTORS, Result
 
 log = logging.getLogger(__name__)
 
@@ -228,20 +228,21 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
                 alpha_threshold=payload["alpha_threshold"],
             )
 
-        instance = build(_first_chunks(payload["chunks"]))
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
         try:
             if payload["chunks"] == "auto":
                 # C doubled against the physical bound within the cell's time (pipeline.chunks)
                 instance, result = solve_auto_chunks(build, payload["method"], options)
             else:
+                instance = build(int(payload["chunks"]))
                 result = solve(instance, payload["method"], options)
         except SolveInterrupted as exc:
             # Ctrl-C contract (ccplan/errors.py): keep the verified best-so-far, tell the caller to stop.
             row["interrupted"] = True
             row["status"] = "interrupted"
-            if exc.result is not None:
-                _fill(row, exc.result, instance)
+            partial = cast("Result | None", exc.result)
+            if partial is not None:
+                _fill(row, partial, partial.instance)  # the instance of the C it ran
             return row
         _fill(row, result, instance)
         if result.details.get("interrupted"):

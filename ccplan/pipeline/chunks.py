@@ -21,7 +21,6 @@ from dataclasses import replace
 from ccplan.contract import SolveOptions
 from ccplan.errors import ResourceLimitError, ValidationError
 from ccplan.instances.instance import Instance
-from ccplan.pipeline.estimate import estimate_solve
 from ccplan.pipeline.solve import Result, solve
 
 log = logging.getLogger(__name__)
@@ -85,27 +84,27 @@ def solve_auto_chunks(
     stop = ""
     c = 1
     while True:
-        try:
-            instance = build(c)
-            estimate_solve(instance, method).check()
-        except ResourceLimitError as exc:
-            if best is None:
-                raise
-            stop = f"C={c} refused by the memory budget ({exc})"
-            break
-        share = opts
         left = horizon - (time.perf_counter() - start)
         if left <= 0 and best is not None:
             stop = "time limit reached" if opts.time_limit is not None else (
                 f"{AUTO_DEFAULT_SECONDS:g} s of doubling without a time limit")
             break
+        share = opts
         if opts.time_limit is not None:
             share = replace(opts, time_limit=max(1e-3, left * AUTO_SHARE if best is not None else left / 2))
+        result: Result | None = None
         try:
-            result: Result | None = solve(instance, method, share)
-        except ValidationError as exc:
-            failure = failure or f"C={c}: {exc}"
-            result = None
+            # building the collective and solve() check their memory estimates first
+            instance = build(c)
+            try:
+                result = solve(instance, method, share)
+            except ValidationError as exc:
+                failure = failure or f"C={c}: {exc}"
+        except ResourceLimitError as exc:
+            if best is None:
+                raise
+            stop = f"C={c} refused by the memory budget ({exc})"
+            break
         us = result.makespan_us if result is not None and result.verified else None
         tried[str(c)] = us
         failures = failures + 1 if us is None else 0
