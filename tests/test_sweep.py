@@ -130,6 +130,10 @@ def test_row_numbers_of_a_hand_checked_cell(tmp_path):
     L = 1 on every link. toy-seq sends each chunk along its BFS tree, one send per slot:
     chunk 0: 0->1, 1->2; chunk 1: 1->0, 1->2; chunk 2: 2->1, 1->0: 6 sends, makespan 6 slots
     = 120 us; algbw = 3e6 B / 120 us = 25 GB/s.
+
+    Physical bound: GPU 2 receives 2 MB over its one in-link 1->2 at 50 GB/s (40 us), the
+    first byte no sooner than alpha: >= 40 us; and a finely pipelined relay through GPU 1
+    (any chunking) finishes by 40 us + 2 alpha = 41.4 us, so a valid bound is at most that.
     """
     cfg = SweepConfig.from_toml(_write_config(tmp_path, ["3MB"]))
     out = run_sweep(cfg, out=tmp_path / "t.csv", progress=False)
@@ -144,6 +148,10 @@ def test_row_numbers_of_a_hand_checked_cell(tmp_path):
     assert r["num_sends"] == 6
     assert r["gpus"] == 3 and r["links"] == 4
     assert r["lower_bound_slots"] <= 6
+    assert 40.0 - 1e-9 <= r["physical_bound_us"] <= 41.4 + 1e-9
+    assert r["physical_gap"] == pytest.approx(1 - r["physical_bound_us"] / 120.0)
+    assert r["switch_model"] == "store-and-forward"
+    assert "C = 1" in r["claim"] and "physical bound" in r["claim"]
     assert r["host_cores"] == os.cpu_count()
 
 

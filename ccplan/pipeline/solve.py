@@ -173,6 +173,27 @@ class Result:
         return out
 
 
+ROW_FIELDS: tuple[str, ...] = (
+    "status",
+    "makespan_slots",
+    "lower_bound_slots",
+    "gap",
+    "tau_us",
+    "makespan_us",
+    "algbw_GBps",
+    "busbw_GBps",
+    "solve_seconds",
+    "verified",
+    "num_sends",
+    "switch_model",
+    "physical_bound_us",
+    "physical_gap",
+    "physical_binding",
+    "claim",
+)
+"""The scalar fields of :meth:`Result.to_dict` that a table row (sweep, plan) carries."""
+
+
 BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
     "allreduce": lambda n: 2 * (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,

@@ -149,7 +149,7 @@ def run_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
         :meth:`Cell.to_payload` output.
     """
     from ccplan.contract import SolveOptions
-    from ccplan.pipeline.solve import solve
+    from ccplan.pipeline.solve import ROW_FIELDS, solve
 
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -185,19 +185,7 @@ def run_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
         )
         result = solve(instance, payload["method"], options)
         res = result.to_dict(instance)
-        for k in (
-            "status",
-            "makespan_slots",
-            "lower_bound_slots",
-            "gap",
-            "tau_us",
-            "makespan_us",
-            "algbw_GBps",
-            "busbw_GBps",
-            "solve_seconds",
-            "verified",
-            "num_sends",
-        ):
+        for k in ROW_FIELDS:
             row[k] = res.get(k)
         row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
         details = dict(res.get("details") or {})
