@@ -287,3 +287,13 @@ def test_reversal_duality_on_certified_optima(exact_answers):
                                   alpha_threshold=inst.alpha_threshold, single_port=inst.single_port)
         result = solve(twin_inst, "milp", SolveOptions(time_limit=30))
         assert result.status == "optimal" and result.makespan_slots == answer.makespan, seed
+
+
+def test_estimates_never_exceed_the_true_optimum(exact_answers):
+    """The sizing figures every engine starts from are lower bounds too: the horizon bound is
+    at most the certified optimum, and the count of sends at most the optimal schedule's."""
+    from ccplan.instances.estimate import count_deliveries, horizon_lower_bound
+
+    for inst, answer in exact_answers.values():
+        assert 1 <= horizon_lower_bound(inst) <= answer.makespan
+        assert 1 <= count_deliveries(inst) <= len(answer.schedule)

@@ -155,21 +155,44 @@ def _horizon_from(instance: Instance, need: np.ndarray) -> int:
 
 
 def count_deliveries(instance: Instance) -> int:
-    """The (chunk, node) deliveries of ``instance``: wanted at the end and not held at slot 0."""
+    """The sends ``instance`` needs at least: a data-movement collective's (chunk, node)
+    deliveries (wanted at the end and not held at slot 0); a combining one's
+    :func:`_combining_sends`."""
+    if instance.collective.combining:
+        return _combining_sends(instance)
     return int(_deliveries_per_node(instance).sum())
+
+
+def _combining_sends(instance: Instance) -> int:
+    """The sends a combining collective needs at least: per chunk, every contributor but one
+    sends its (partial) sum once (``|holders| - 1``), and the finished sum, which is at one
+    node, reaches every other node that wants it (``|wanted| - 1``)."""
+    coll = instance.collective
+    wanted = coll.wanted
+    return sum(
+        max(len(holders) - 1, 0) + max(len(wanted.get(chunk, ())) - 1, 0)
+        for chunk, holders in coll.holders.items()
+    )
 
 
 def _deliveries_per_node(instance: Instance) -> np.ndarray:
     """Per node id (an array up to the largest id): the chunks it must receive, counted from
     the pre- and postcondition tables without the collective's tuple of ``(chunk, node)``
-    pairs (``Collective.demands``: 16.8 million tuples, 1.45 GB and 5 s at 4,096 GPUs)."""
+    pairs (``Collective.demands``: 16.8 million tuples, 1.45 GB and 5 s at 4,096 GPUs).
+
+    A combining collective's node holds only its own contribution of a chunk it wants, so it
+    must still receive a partial sum of it unless it is the chunk's only contributor.
+    """
     coll = instance.collective
     width = max(instance.topology.node_ids) + 1
     wanted = np.zeros(width, dtype=np.int64)
     held_wanted = np.zeros(width, dtype=np.int64)
     for chunk, nodes in coll.post:
         wanted += np.bincount(np.asarray(nodes, dtype=np.int64), minlength=width)
-        for h in coll.holders[chunk]:
+        holders = coll.holders[chunk]
+        if coll.combining and len(holders) > 1:
+            continue
+        for h in holders:
             if h in nodes:
                 held_wanted[h] += 1
     return wanted - held_wanted

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccplan.instances.estimate import _deliveries_per_node, _horizon_from
+from ccplan.instances.estimate import _deliveries_per_node, _horizon_from, count_deliveries
 from ccplan.instances.instance import Instance
 from ccplan.limits import (
     BYTES_PER_DEMAND,
@@ -26,7 +26,8 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     occupies at least its cheapest in-link for ``l`` slots) and the per-slot arrays of the
     horizon. The exact engine estimates its own model on top of this. The deliveries are
     counted per destination from the pre- and postcondition tables, without the collective's
-    tuple of ``(chunk, node)`` pairs (16.8 million tuples, 1.5 GB, at 4,096 GPUs).
+    tuple of ``(chunk, node)`` pairs (16.8 million tuples, 1.5 GB, at 4,096 GPUs); a combining
+    collective's from its contributors too (:func:`ccplan.instances.estimate.count_deliveries`).
     """
     topo = instance.topology
     occupancy = instance.occupancy
@@ -37,7 +38,8 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     for v in topo.node_ids:
         cheapest_in[v] = min((int(occupancy[j]) for j in topo.in_links[v]), default=1)
     per_node = _deliveries_per_node(instance)
-    deliveries = int(per_node.sum())
+    # a combining collective's sends outnumber the (chunk, node) pairs it must receive
+    deliveries = max(int(per_node.sum()), count_deliveries(instance))
     link_slots = int((per_node * cheapest_in).sum())
     horizon = _horizon_from(instance, per_node)
     total = (
