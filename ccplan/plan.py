@@ -12,17 +12,23 @@ processes, or a Dask cluster given its scheduler address. The time budget is per
 engine's own time limit).
 
 For each (collective, size), the *best* is the verified candidate with the smallest makespan;
-baselines are reported beside it but never chosen. The best schedule is exported to MSCCL XML
-with the first option set of :data:`EXPORT_ATTEMPTS` whose XML passes
-:func:`ccplan.export.xml_validate.validate_xml` against the instance; the report names the set
-used. No XML is written that did not pass.
+baselines are reported beside it but never chosen. The best schedule is exported to MSCCL XML,
+in-place and out-of-place, each with the first option set of :data:`EXPORT_ATTEMPTS` for that
+buffer mode whose XML passes :func:`ccplan.export.xml_validate.validate_xml` against the
+instance; the report names the set used. No XML is written that did not pass. Per collective
+and buffer mode the files' size ranges tile ``[0, inf)`` and each states its protocol
+(:func:`write_plan_xml`), so a runtime given ``xml/`` runs the file planned nearest to each call.
 
 Output directory layout::
 
     report.md                     the report (tables, plots)
     report.html                   the same, one self-contained page (pictures embedded)
     plan.json                     every cell's numbers, the options used, the files written
-    xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule
+    manifest.json                 every XML file: collective, size range, buffer mode, protocol,
+                                  channels, the schedule and its numbers (docs/formats.md)
+    xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule, in-place calls
+    xml/<coll>_<size>_op.xml      the same for out-of-place calls
+    xml/legacy/...                files only legacy MSCCL accepts (not loaded from xml/)
     schedules/<coll>_<size>.json  the best schedule (``ccplan verify`` / ``export`` read it)
     img/*.png                     algbw/busbw vs size, Gantt and utilisation of the best schedule
 """
@@ -39,6 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
+from ccplan.export.msccl_files import EXPORT_ATTEMPTS, choose_exports, write_plan_xml
 from ccplan.instances.topology import Topology
 from ccplan.pipeline.solve import BUSBW_FACTORS, Result
 
@@ -49,32 +56,16 @@ __all__ = [
     "PLAN_COLLECTIVES",
     "PlanRequest",
     "PlanResult",
+    "choose_exports",
     "plan_cell",
     "run_plan",
+    "write_plan_xml",
 ]
 
 PLAN_COLLECTIVES: tuple[str, ...] = (
     "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce"
 )
 """Collectives a plan accepts: those the MSCCL exporter maps to a runtime collective."""
-
-EXPORT_ATTEMPTS: tuple[Mapping[str, Any], ...] = (
-    {"dialect": "executor", "inplace": True, "channels": 1},
-    {"dialect": "executor", "inplace": False, "channels": 1},
-    {"dialect": "executor", "inplace": True, "channels": 2},
-    {"dialect": "executor", "inplace": False, "channels": 2},
-    {"dialect": "executor", "inplace": True, "channels": 4},
-    {"dialect": "legacy", "inplace": True, "channels": 1},
-    {"dialect": "legacy", "inplace": False, "channels": 1},
-    {"dialect": "legacy", "inplace": True, "channels": 4},
-)
-"""MSCCL export options tried in order; the first whose XML validates is kept.
-
-In-place first (TE-CCL's XMLs are in-place), out-of-place next (RCCL's default); more
-channels spread chunks over more thread blocks when one block would exceed the executor's
-64 steps; the legacy runtime allows 256 steps per block.
-"""
-
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -312,44 +303,6 @@ def _payloads(request: PlanRequest) -> list[dict[str, Any]]:
 # ============================================================================ export
 
 
-def export_validated_xml(
-    instance: Any, schedule: Any, path: Path
-) -> tuple[Mapping[str, Any] | None, list[str]]:
-    """Write the first XML of :data:`EXPORT_ATTEMPTS` that passes the validator.
-
-    Returns
-    -------
-    (options or None, list of str)
-        The options used (None when no attempt passed, and nothing is written) and one line
-        per failed attempt saying why.
-    """
-    from ccplan.export.msccl import to_msccl_xml
-    from ccplan.export.xml_validate import validate_xml
-
-    failures: list[str] = []
-    for attempt in EXPORT_ATTEMPTS:
-        label = ", ".join(f"{k}={v}" for k, v in attempt.items())
-        try:
-            text = to_msccl_xml(
-                instance,
-                schedule,
-                dialect=attempt["dialect"],
-                inplace=attempt["inplace"],
-                channels=attempt["channels"],
-                name=path.stem.replace("+", "_"),
-            )
-        except CCPlanError as exc:
-            failures.append(f"{label}: export refused: {exc}")
-            continue
-        report = validate_xml(text, expect=instance, dialect=attempt["dialect"])
-        if not report.ok:
-            failures.append(f"{label}: validate-xml: {report.errors[0]}")
-            continue
-        _write_text(path, text)
-        return attempt, failures
-    return None, failures
-
-
 # ============================================================================ the plan
 
 
@@ -479,7 +432,7 @@ def run_plan(
             stem = f"{coll}_{_slug(size)}"
             sched_path = out / "schedules" / f"{stem}.json"
             save_schedule(sched_path, instance, schedule)
-            options, failures = export_validated_xml(instance, schedule, out / "xml" / f"{stem}.xml")
+            exports, failures = choose_exports(instance, schedule, stem)
             gap = (
                 (best["makespan_slots"] - bound_slots) / best["makespan_slots"]
                 if best["makespan_slots"]
@@ -501,8 +454,9 @@ def run_plan(
                 physical_gap=best.get("physical_gap"),
                 claim=best.get("claim"),
                 schedule=str(sched_path.relative_to(out)),
-                xml=None if options is None else f"xml/{stem}.xml",
-                xml_options=None if options is None else dict(options),
+                xml=None,
+                xml_options=None,
+                xml_files=[],
                 xml_failures=failures,
                 baselines={
                     r["method"]: {k: r.get(k) for k in ("makespan_us", "algbw_GBps", "busbw_GBps", "error")}
@@ -511,8 +465,10 @@ def run_plan(
                 },
                 _instance=instance,
                 _schedule=schedule,
+                _exports=exports,
             )
             best_rows.append(entry)
+    write_plan_xml(out, best_rows, n, request.topology.name)
 
     images: dict[str, list[str]] = {}
     plot_note = None

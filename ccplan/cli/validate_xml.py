@@ -1,5 +1,4 @@
-"""``ccplan validate-xml``: check an MSCCL XML file.
-"""
+"""``ccplan validate-xml``: check an MSCCL XML file, or a directory of them."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ from ccplan.cli.output import EXIT_OK, EXIT_VIOLATION
 def cmd_validate_xml(args: argparse.Namespace) -> int:
     from ccplan.export.xml_validate import validate_xml
 
+    if Path(args.xml).is_dir():
+        return _validate_dir(args)
     expect = None
     if args.expect:
         from ccplan.schedule import load_schedule
@@ -34,8 +35,48 @@ def cmd_validate_xml(args: argparse.Namespace) -> int:
     return EXIT_VIOLATION
 
 
+def _validate_dir(args: argparse.Namespace) -> int:
+    """Every ``*.xml`` file, then the size ranges per (collective, ngpus, buffer mode)."""
+    from ccplan.errors import ValidationError
+    from ccplan.export.xml_validate import validate_directory
+
+    if args.expect:
+        raise ValidationError("--expect: checks one file against one schedule; give a file, not a directory")
+    report = validate_directory(args.xml, dialect=args.dialect)
+    spans = {h.path.name: h for h in report.headers}
+    for name, file_report in report.files.items():
+        h = spans.get(name)
+        what = "" if h is None else f"  {h.kind} {'+'.join(h.modes)} bytes {h.span()} proto={h.proto}"
+        if file_report.ok:
+            print(f"OK  {name}{what}")
+        else:
+            print(f"FAILED  {name}: {len(file_report.errors)} error(s)")
+            for err in file_report.errors:
+                print(f"  {err}")
+    for name in report.not_xml:
+        print(
+            f"FAILED  {name}: not an XML file; RCCL and the MSCCL executor parse every regular file "
+            "of MSCCL_ALGO_DIR as an algorithm, move it out"
+        )
+    for line in report.unreadable:
+        print(f"FAILED  {line}")
+    for line in report.ranges:
+        print(line)
+    groups = len({(h.kind, h.ngpus, m) for h in report.headers for m in h.modes})
+    if report.ok:
+        print(f"OK  {args.xml}: {len(report.files)} file(s); ranges tile [0, inf) in {groups} group(s)")
+        return EXIT_OK
+    bad = sum(not r.ok for r in report.files.values()) + len(report.not_xml) + len(report.unreadable)
+    print(f"FAILED  {args.xml}: {bad} file problem(s), {len(report.ranges)} range problem(s)")
+    return EXIT_VIOLATION
+
+
 def _add_validate_xml(p: argparse.ArgumentParser) -> None:
-    p.add_argument("xml", help="MSCCL XML file")
+    p.add_argument(
+        "xml",
+        help="MSCCL XML file, or a directory (every *.xml in it, and their size ranges: per "
+        "collective, GPU count and buffer mode they must tile [0, inf) without gap or overlap)",
+    )
     p.add_argument(
         "--dialect", default="executor", choices=["executor", "legacy"], help="runtime limits to check"
     )

@@ -47,7 +47,8 @@ The package: :mod:`~ccplan.export.msccl.dialects` (runtime limits),
 :mod:`~ccplan.export.msccl.layout` (item 1), :mod:`~ccplan.export.msccl.transfers` (switch
 relays, FIFO check), :mod:`~ccplan.export.msccl.planning` (items 2-6, one rank at a time),
 :mod:`~ccplan.export.msccl.building` (the limits pass) and :mod:`~ccplan.export.msccl.rendering`
-(item 7, the text and the streamed file).
+(item 7, the text and the streamed file) and :mod:`~ccplan.export.msccl.selection` (size ranges
+and protocols: how a runtime picks among several files).
 """
 
 from ccplan.export.msccl.dialects import (
@@ -75,6 +76,15 @@ from ccplan.export.msccl.rendering import (
     write_msccl_export,
     write_msccl_xml,
 )
+from ccplan.export.msccl.selection import (
+    LL128_MAX_BYTES_PER_GPU,
+    LL_MAX_BYTES_PER_GPU,
+    SizeRange,
+    byte_granularity,
+    protocol_for,
+    render_max_bytes,
+    size_ranges,
+)
 from ccplan.export.msccl.transfers import Transfer, logical_transfers
 
 __all__ = [
@@ -83,6 +93,8 @@ __all__ = [
     "DEFAULT_MAX_TBS",
     "DIALECTS",
     "LAYOUTS",
+    "LL128_MAX_BYTES_PER_GPU",
+    "LL_MAX_BYTES_PER_GPU",
     "MAX_BYTES",
     "MAX_CHANNELS",
     "MAX_COUNT",
@@ -96,13 +108,18 @@ __all__ = [
     "ExportChoice",
     "LayoutBuilder",
     "Loc",
+    "SizeRange",
     "Transfer",
     "WrittenExport",
     "alias",
     "buffer_layout",
+    "byte_granularity",
     "canonical_kind",
     "export_msccl",
     "logical_transfers",
+    "protocol_for",
+    "render_max_bytes",
+    "size_ranges",
     "to_msccl_xml",
     "write_msccl_export",
     "write_msccl_xml",

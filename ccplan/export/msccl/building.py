@@ -50,6 +50,9 @@ class _Built:
     transfers: int
     thread_blocks: int
     describe: str
+    min_bytes: int = 0
+    max_bytes: int | None = None
+    """Inclusive size range the runtime runs the file for (None: no upper limit)."""
 
 
 def _build(
@@ -64,6 +67,8 @@ def _build(
     name: str,
     switches: str,
     max_tbs: int,
+    min_bytes: int = 0,
+    max_bytes: int | None = None,
 ) -> _Built:
     """Everything :func:`to_msccl_xml` checks and decides, short of the text (package doc, 1-7).
 
@@ -85,6 +90,14 @@ def _build(
         raise ValidationError(
             f"channels*instances = {channels * instances} exceeds MAXCHANNELS = {MAX_CHANNELS}; "
             "lower --channels or --instances"
+        )
+    if not isinstance(min_bytes, int) or isinstance(min_bytes, bool) or min_bytes < 0:
+        raise ValidationError(f"min_bytes must be a non-negative integer, got {min_bytes!r}")
+    if max_bytes is not None and (
+        not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < min_bytes
+    ):
+        raise ValidationError(
+            f"max_bytes must be None or an integer >= min_bytes = {min_bytes}, got {max_bytes!r}"
         )
     if not re.fullmatch(r"[A-Za-z0-9_.\-]{1,200}", name):
         raise ValidationError(f"name must be 1-200 letters, digits, '_', '.', '-', got {name!r}")
@@ -154,6 +167,8 @@ def _build(
         transfers=len(tr),
         thread_blocks=sum(ntbs) * instances,
         describe=instance.describe(),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
     )
 
 

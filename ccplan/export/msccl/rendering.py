@@ -17,9 +17,10 @@ from typing import Any
 from ccplan.atomic import sigint_blocked, staging_path
 from ccplan.errors import ValidationError
 from ccplan.export.msccl.building import _build, _Built
-from ccplan.export.msccl.dialects import DEFAULT_MAX_TBS, MAX_BYTES, MAX_CHANNELS
+from ccplan.export.msccl.dialects import DEFAULT_MAX_TBS, MAX_CHANNELS
 from ccplan.export.msccl.layout import Loc
 from ccplan.export.msccl.planning import _Op, _Planner
+from ccplan.export.msccl.selection import render_max_bytes
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule
 
@@ -44,7 +45,8 @@ def _render(built: _Built) -> Iterator[str]:
         f'<algo name="{built.name}" proto="{built.proto}" nchannels="{channels * inst_count}" '
         f'nchunksperloop="{k_total}" '
         f'ngpus="{n}" coll="{built.dialect.coll_names[layout.kind]}" inplace="{int(built.inplace)}" '
-        f'outofplace="{int(not built.inplace)}" minBytes="0" maxBytes="{MAX_BYTES}">\n'
+        f'outofplace="{int(not built.inplace)}" minBytes="{built.min_bytes}" '
+        f'maxBytes="{render_max_bytes(built.max_bytes, built.dialect.name)}">\n'
     )
     for r in range(n):
         plan = planner.plan(r, built.copy_seq[r])
@@ -84,6 +86,8 @@ def to_msccl_xml(
     name: str = "ccplan",
     switches: str = "collapse",
     max_tbs: int = DEFAULT_MAX_TBS,
+    min_bytes: int = 0,
+    max_bytes: int | None = None,
 ) -> str:
     """Render ``schedule`` as an MSCCL algorithm XML (recipe of section 1.3, see the package doc).
 
@@ -107,6 +111,11 @@ def to_msccl_xml(
         How relays through switch nodes are handled (package doc).
     max_tbs : int
         Thread blocks per GPU allowed (co-residency; 108 = A100 SMs).
+    min_bytes, max_bytes : int, optional
+        The inclusive range of call sizes (the runtime's ``nBytes``, the whole buffer) the
+        runtime runs this file for; ``max_bytes=None`` is no upper limit (``maxBytes="0"`` for
+        the executor, 1 TiB for legacy MSCCL, which also compares ``<`` and gets
+        ``max_bytes + 1``; :func:`ccplan.export.msccl.selection.render_max_bytes`).
 
     Returns
     -------
@@ -131,6 +140,8 @@ def to_msccl_xml(
         name=name,
         switches=switches,
         max_tbs=max_tbs,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
     )
     return "".join(_render(built))
 
@@ -347,6 +358,8 @@ def write_msccl_xml(path: str | Path, instance: Instance, schedule: Schedule, **
         "name": "ccplan",
         "switches": "collapse",
         "max_tbs": DEFAULT_MAX_TBS,
+        "min_bytes": 0,
+        "max_bytes": None,
     }
     unknown = sorted(set(options) - set(settings))
     if unknown:

@@ -27,12 +27,33 @@ notes), :mod:`~ccplan.export.xml_validate.structure` (structure and runtime limi
 :mod:`~ccplan.export.xml_validate.graph` (dependencies, connections, deadlock),
 :mod:`~ccplan.export.xml_validate.races`, :mod:`~ccplan.export.xml_validate.replay` (the
 buffer simulation), :mod:`~ccplan.export.xml_validate.report` (the result types) and
-:mod:`~ccplan.export.xml_validate.validate` (the entry point, running them in order).
+:mod:`~ccplan.export.xml_validate.validate` (the entry point, running them in order) and
+:mod:`~ccplan.export.xml_validate.ranges` (a directory: which file serves which call, gaps and
+overlaps between the files' size ranges).
 """
 
 from ccplan.export.xml_validate.parsing import STEP_TYPES
+from ccplan.export.xml_validate.ranges import (
+    AlgoHeader,
+    DirectoryReport,
+    check_ranges,
+    read_header,
+    validate_directory,
+)
 from ccplan.export.xml_validate.replay import Value
 from ccplan.export.xml_validate.report import ERROR_KINDS, XmlError, XmlReport
 from ccplan.export.xml_validate.validate import validate_xml
 
-__all__ = ["ERROR_KINDS", "STEP_TYPES", "Value", "XmlError", "XmlReport", "validate_xml"]
+__all__ = [
+    "ERROR_KINDS",
+    "STEP_TYPES",
+    "AlgoHeader",
+    "DirectoryReport",
+    "Value",
+    "XmlError",
+    "XmlReport",
+    "check_ranges",
+    "read_header",
+    "validate_directory",
+    "validate_xml",
+]
