@@ -134,5 +134,6 @@ def get_engine(name: str) -> Engine:
 
 
 __all__ = [
-    "CUT_THROUGH_NATIVE", "PORTFOLIOS", "cut_through_twin", "get_engine", "method_names", "solve_on_twin", "time_reversal",
+    "CUT_THROUGH_NATIVE", "PORTFOLIOS",
+    "cut_through_twin", "get_engine", "method_names", "solve_on_twin", "time_reversal",
 ]

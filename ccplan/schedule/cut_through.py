@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
@@ -371,8 +372,8 @@ def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedu
         # one copy of a GPU's send into a switch per twin slot in which the switch sends it on
         clone: dict[tuple[int, int], int] = {}
         groups: dict[int, set[int]] = defaultdict(set)
-        for f, s in pairs:
-            groups[f].add(sends[s].slot)
+        for f, g in pairs:
+            groups[f].add(sends[g].slot)
         for f, slots in groups.items():
             if sends[f].src in bufferless or len(slots) < 2:
                 continue
@@ -380,13 +381,13 @@ def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedu
                 clone[(f, slot)] = len(sends)
                 sends.append(sends[f])
                 links.append(links[f])
-        pairs = [(clone.get((f, sends[s].slot), f), s) for f, s in pairs]
+        pairs = [(clone.get((f, sends[g].slot), f), g) for f, g in pairs]
 
     # 1. units: sends joined through switches, with offsets T(s) = T(f) + L(f)
     adj: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for f, s in pairs:
-        adj[f].append((s, lat[links[f]]))
-        adj[s].append((f, -lat[links[f]]))
+    for f, g in pairs:
+        adj[f].append((g, lat[links[f]]))
+        adj[g].append((f, -lat[links[f]]))
     unit_of = [-1] * len(sends)
     offset = [0] * len(sends)
     units: list[list[int]] = []
@@ -428,7 +429,7 @@ def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedu
 
     for seq in events.values():
         seq.sort()
-        for (t1, k1, i1), (t2, k2, i2) in zip(seq, seq[1:]):
+        for (t1, k1, i1), (t2, k2, i2) in pairwise(seq):
             strict = int(
                 (k1 == 2 and k2 < 2) or (k1 == 1 and k2 == 0) or (k1 == 0 and k2 == 0 and t1 < t2)
             )
@@ -446,7 +447,7 @@ def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedu
     # 3. list scheduling in the twin's order, repeated until every precedence holds
     order = sorted(range(len(units)), key=lambda u: min(sends[i].slot for i in units[u]))
     occ = [int(x) for x in instance.occupancy]
-    limit = 4 * (int(report.makespan_slots or 0) + 1) + sum(occ[links[i]] + lat[links[i]] for i in range(len(sends)))
+    limit = 4 * (int(report.makespan_slots or 0) + 1) + sum(occ[e] + lat[e] for e in links)
     earliest = [0] * len(units)
     start = [0] * len(units)
     for _round in range(RETIME_ROUNDS):
@@ -491,6 +492,7 @@ def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedu
     if not check.ok:
         raise ValidationError(f"cut-through re-timing broke the partial sums: {check.violations[0]}")
     log.debug(
-        "cut-through re-timing of %s: %s -> %s slots", schedule.method, report.makespan_slots, check.makespan_slots
+        "cut-through re-timing of %s: %s -> %s slots",
+        schedule.method, report.makespan_slots, check.makespan_slots,
     )
     return out
