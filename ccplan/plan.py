@@ -217,6 +217,8 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
                 payload["size"],
                 tau_rule=payload["tau_rule"],
                 alpha_threshold=payload["alpha_threshold"],
+                # what the machine does, as its topology states (built-ins: the paper's default)
+                switch_model=topo.switch_model or "store-and-forward",
             )
 
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
@@ -622,6 +624,13 @@ def _num(value: Any, spec: str = ".4g") -> str:
     return format(value, spec)
 
 
+def _switch_words(topo: Topology) -> str:
+    """The switch model every cell uses, and why (plan takes what the topology states)."""
+    if topo.switch_model is not None:
+        return f"{topo.switch_model}, as the topology states"
+    return "store-and-forward, the default: the topology states no switch model"
+
+
 def _markdown(
     request: PlanRequest,
     rows: Sequence[Mapping[str, Any]],
@@ -635,7 +644,8 @@ def _markdown(
     lines = [
         f"# Plan for {topo.name}",
         "",
-        f"{len(topo.gpus)} GPUs, {len(topo.switches)} switches, {topo.num_links} directed links. "
+        f"{len(topo.gpus)} GPUs, {len(topo.switches)} switches ({_switch_words(topo)}), "
+        f"{topo.num_links} directed links. "
         f"Candidates: {', '.join(request.methods)}; baselines: {', '.join(request.baselines) or 'none'}. "
         + (
             "C chosen per cell (`--chunks auto`: doubled until within 1 % of the physical bound), "

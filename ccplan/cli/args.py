@@ -86,9 +86,21 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
         tau_us=args.tau_us,
         alpha_threshold=args.alpha_threshold,
         single_port=args.single_port,
-        switch_model=getattr(args, "switch_model", "store-and-forward"),
+        switch_model=switch_model_of(args, topology)[0],
         alpha_cap=getattr(args, "alpha_cap", None),
     )
+
+
+def switch_model_of(args: argparse.Namespace, topology: Any) -> tuple[str, str]:
+    """The switch model an instance gets and where it comes from: ``--switch-model`` when
+    given, else the one the topology states (an imported machine: cut-through), else the
+    paper's store-and-forward default (built-ins)."""
+    given = getattr(args, "switch_model", None)
+    if given is not None:
+        return given, "--switch-model"
+    if topology.switch_model is not None:
+        return topology.switch_model, "as the topology states"
+    return "store-and-forward", "the default"
 
 
 def _arg_type(
@@ -162,9 +174,10 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--single-port", action="store_true", help="one send and one receive per node per slot")
     g.add_argument(
         "--switch-model",
-        default="store-and-forward",
+        default=None,
         choices=["store-and-forward", "cut-through"],
-        help="switches store and forward (paper, default) or cut through without a buffer (TE-CCL)",
+        help="switches store and forward (paper) or cut through without a buffer (TE-CCL); "
+        "default: what the topology JSON states (imported machines: cut-through), else store-and-forward",
     )
     g.add_argument(
         "--alpha-cap",

@@ -12,7 +12,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ccplan.cli.args import _add_instance_args, _instance, _positive_float, _positive_int, _seed_int
+from ccplan.cli.args import (
+    _add_instance_args,
+    _instance,
+    _positive_float,
+    _positive_int,
+    _seed_int,
+    switch_model_of,
+)
 from ccplan.cli.output import EXIT_INTERRUPTED, EXIT_NO_SCHEDULE, EXIT_OK, EXIT_VIOLATION, _fmt, _saved_line
 from ccplan.cli.progress import _progress_printer, _show_progress_notes
 from ccplan.cli.signals import _clock, _stopping, _take_interrupt
@@ -158,7 +165,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             ("instance", data["instance"]),
             ("method", data["method"]),
             ("status", f"{data['status']} (slot model: C = {data['chunks']}, "
-                       f"{data['switch_model']} switches)"),
+                       f"{data['switch_model']} switches, {switch_model_of(args, instance.topology)[1]})"),
             ("makespan", f"{_fmt(data['makespan_slots'])} slots = {_fmt(data['makespan_us'])} us"),
             ("lower bound", f"{_fmt(data['lower_bound_slots'])} slots "
                             f"(gap {_fmt(data['gap'], '.1%')}, slot model)"),

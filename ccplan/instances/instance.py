@@ -32,15 +32,12 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.instances.catalog import collective_from_dict
 from ccplan.instances.collectives import Collective
-from ccplan.instances.topology import Topology, check_keys
+from ccplan.instances.topology import SWITCH_MODELS, Topology, check_keys
 from ccplan.parsing import format_size, int_value, parse_size, show
 
 _EPS = 1e-9
 
 TAU_RULES: tuple[str, ...] = ("fastest", "slowest", "explicit")
-
-SWITCH_MODELS: tuple[str, ...] = ("store-and-forward", "cut-through")
-"""Switch semantics: the paper's node-like switch (default) and TE-CCL's bufferless one."""
 
 TECCL_ALPHA_CAP = 200.0
 """TE-CCL's ``alpha_epoch_duration_ratio_max``: the largest ``min alpha / tau`` it accepts."""
@@ -84,8 +81,9 @@ class Instance:
     outages : tuple of (src, dst, slot)
         Slots in which a link has ``omega = 0`` (an outage or a reserved slot).
     switch_model : {"store-and-forward", "cut-through"}
-        How switch nodes forward (module docstring, docs/model.md). ``cut-through`` is
-        defined for data-movement collectives only.
+        How switch nodes forward (module docstring, docs/model.md), for every collective: under
+        ``cut-through`` a switch that does not reduce relays each partial sum of a combining
+        collective in the slot it arrives, as it relays a data chunk.
     alpha_cap : float, optional
         TE-CCL's alpha cap: when ``min alpha / tau`` exceeds it, ``tau = min alpha / alpha_cap``
         (TE-CCL uses 200, :data:`TECCL_ALPHA_CAP`). Not applied to an explicit ``tau``.
@@ -152,11 +150,6 @@ class Instance:
         if self.switch_model not in SWITCH_MODELS:
             raise ValidationError(
                 f"switch_model must be one of {SWITCH_MODELS}, got {show(self.switch_model)}"
-            )
-        if self.switch_model == "cut-through" and self.collective.combining:
-            raise ValidationError(
-                f"switch_model 'cut-through' is defined for data-movement collectives, not "
-                f"{self.collective.kind!r} (a bufferless switch cannot hold a partial reduction)"
             )
         if self.alpha_cap is not None:
             cap = self.alpha_cap

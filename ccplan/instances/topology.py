@@ -30,6 +30,11 @@ NODE_KINDS: tuple[str, ...] = ("gpu", "switch")
 _NODE_KEYS = {"id", "kind"}
 _LINK_KEYS = {"src", "dst", "bandwidth_GBps", "alpha_us"}
 _TOPOLOGY_KEYS = {"name", "nodes", "links"}
+_TOPOLOGY_OPTIONAL_KEYS = {"switch_model"}
+
+SWITCH_MODELS: tuple[str, ...] = ("store-and-forward", "cut-through")
+"""Switch semantics: the paper's node-like switch (the default of an instance) and TE-CCL's
+bufferless, cut-through one (docs/model.md)."""
 
 
 def _is_int(value: object) -> bool:
@@ -129,6 +134,10 @@ class Topology:
         Directed links between known nodes; at most one link per ordered pair.
     description : str
         Free text (not serialised): where the facts came from, choices made.
+    switch_model : {"store-and-forward", "cut-through"}, optional
+        How the machine's switches forward, when the topology states it (an imported machine:
+        its NVSwitch, PCIe and NIC switches cut through). None: not stated, and an instance
+        takes the paper's store-and-forward default unless told otherwise.
 
     Raises
     ------
@@ -140,10 +149,16 @@ class Topology:
     nodes: tuple[Node, ...]
     links: tuple[Link, ...]
     description: str = field(default="", compare=False)
+    switch_model: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValidationError(f"topology.name must be a non-empty string, got {show(self.name)}")
+        if self.switch_model is not None and self.switch_model not in SWITCH_MODELS:
+            raise ValidationError(
+                f"topology {self.name!r}: switch_model must be one of {SWITCH_MODELS}, "
+                f"got {show(self.switch_model)}"
+            )
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "links", tuple(self.links))
         if not self.nodes:
@@ -278,6 +293,7 @@ class Topology:
             nodes=self.nodes,
             links=tuple(Link(lk.dst, lk.src, lk.bandwidth_GBps, lk.alpha_us) for lk in self.links),
             description=self.description,
+            switch_model=self.switch_model,
         )
 
     def to_networkx(self) -> Any:
@@ -293,8 +309,9 @@ class Topology:
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        """The DESIGN.md JSON form as a plain dict."""
-        return {
+        """The DESIGN.md JSON form as a plain dict (``switch_model`` only when stated, so files
+        that do not state it stay as they were)."""
+        out: dict[str, Any] = {
             "name": self.name,
             "nodes": [{"id": n.id, "kind": n.kind} for n in self.nodes],
             "links": [
@@ -307,13 +324,16 @@ class Topology:
                 for lk in self.links
             ],
         }
+        if self.switch_model is not None:
+            out["switch_model"] = self.switch_model
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Topology:
         """Build from the JSON form; unknown or missing keys raise :class:`ValidationError`."""
         if not isinstance(data, Mapping):
             raise ValidationError("topology: top level must be a JSON object")
-        check_keys(data, _TOPOLOGY_KEYS, _TOPOLOGY_KEYS, "topology")
+        check_keys(data, _TOPOLOGY_KEYS | _TOPOLOGY_OPTIONAL_KEYS, _TOPOLOGY_KEYS, "topology")
         nodes_raw = data["nodes"]
         links_raw = data["links"]
         if not isinstance(nodes_raw, list):
@@ -347,7 +367,9 @@ class Topology:
                 )
             except ValidationError as exc:
                 raise ValidationError(f"{where}: {exc}") from None
-        return cls(name=data["name"], nodes=tuple(nodes), links=tuple(links))
+        return cls(
+            name=data["name"], nodes=tuple(nodes), links=tuple(links), switch_model=data.get("switch_model")
+        )
 
     def to_json(self, path: str | Path | None = None) -> str:
         """Serialise to JSON text; also write it to ``path`` when given."""

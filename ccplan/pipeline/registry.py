@@ -9,7 +9,9 @@ exact engine's warm start sees the same problem as a solve:
   on the store-and-forward twin of a cut-through instance and its schedule is re-timed
   (:func:`ccplan.schedule.cut_through.retime`);
 - :func:`time_reversal`: a data-movement engine asked for a combining collective solves the
-  reversed data-movement twin (:func:`ccplan.pipeline.combining.solve_combining`).
+  reversed data-movement twin (:func:`ccplan.pipeline.combining.solve_combining`); for
+  cut-through switches on the store-and-forward twin, whose combining schedule is then re-timed
+  (:func:`ccplan.schedule.cut_through.retime_combining`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from ccplan.contract import Engine, Outcome, SolveOptions, method_names, registered
+from ccplan.errors import ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.pipeline.combining import needs_reversal, solve_combining
 from ccplan.schedule.cut_through import retime
@@ -42,7 +45,15 @@ def solve_on_twin(engine: Callable[[Instance, Any], Any], instance: Instance, op
         status = "unknown" if outcome.status == "optimal" else outcome.status
         return replace(outcome, bound_slots=None, status=status)
     twin_ms = verify(instance.with_switch_model("store-and-forward"), outcome.schedule).makespan_slots
-    schedule = retime(instance, outcome.schedule)
+    try:
+        schedule = retime(instance, outcome.schedule)
+    except ValidationError as exc:
+        if not instance.collective.combining:
+            raise
+        # partial sums whose relays cannot be made rigid (module docstring of
+        # ccplan.schedule.cut_through): no schedule from this engine, the others go on
+        details = {**outcome.details, "reason": f"cut-through re-timing: {exc}"}
+        return Outcome(schedule=None, status="unknown", bound_slots=None, details=details)
     details = dict(outcome.details)
     details["cut_through"] = {"retimed_from": "store-and-forward", "twin_makespan_slots": twin_ms}
     status = "feasible" if outcome.status in ("optimal", "feasible") else outcome.status
@@ -62,6 +73,35 @@ def cut_through_twin(name: str, engine: Engine) -> Engine:
     return run
 
 
+PORTFOLIOS: frozenset[str] = frozenset({"heuristic"})
+"""Methods that are portfolios: on a cut-through combining instance they also try the ring
+baseline re-timed (:func:`_with_relay_ring`)."""
+
+
+def _with_relay_ring(instance: Instance, options: SolveOptions, outcome: Outcome) -> Outcome:
+    """The shorter verified of ``outcome`` and the ring baseline re-timed for cut-through.
+
+    Through a cut-through switch each ring step is one transfer, so the ring reaches the
+    classic ``2 (N-1)/N x M / B`` of an AllReduce (``(N-1)/N x M / B`` of a ReduceScatter) on a
+    single switch without any in-switch reduction, which the reversal of a switch multicast
+    needs (docs/model.md, "Cut-through switches")."""
+    try:
+        ring = solve_on_twin(registered("ring"), instance, options)
+    except ValidationError:
+        return outcome  # the ring does not apply (e.g. not a collective it builds)
+    if ring.schedule is None:
+        return outcome
+    mine = verify(instance, ring.schedule)
+    if not mine.ok or mine.makespan_slots is None:
+        return outcome
+    if outcome.schedule is not None:
+        theirs = verify(instance, outcome.schedule)
+        if theirs.ok and theirs.makespan_slots is not None and theirs.makespan_slots <= mine.makespan_slots:
+            return outcome
+    details = {**ring.details, "portfolio": "ring re-timed for cut-through"}
+    return replace(ring, details=details)
+
+
 def time_reversal(name: str, engine: Engine) -> Engine:
     """``engine`` for combining collectives too: a method that does not reduce natively
     (:data:`ccplan.pipeline.combining.NATIVE_COMBINING`) solves the reversed data-movement
@@ -69,6 +109,16 @@ def time_reversal(name: str, engine: Engine) -> Engine:
 
     def run(instance: Instance, options: SolveOptions) -> Outcome:
         if needs_reversal(name, instance):
+            if instance.bufferless:
+                # The reflection t -> D - t - L does not keep cut-through timing (the l of a
+                # relay sits on the hop into the switch in both directions; docs/model.md):
+                # reverse on the store-and-forward twin, then re-time the partial sums.
+                outcome: Outcome = solve_on_twin(
+                    lambda inst, opts: solve_combining(inst, name, opts), instance, options
+                )
+                if name in PORTFOLIOS:
+                    outcome = _with_relay_ring(instance, options, outcome)
+                return outcome
             return solve_combining(instance, name, options)
         return engine(instance, options)
 
@@ -84,5 +134,6 @@ def get_engine(name: str) -> Engine:
 
 
 __all__ = [
-    "CUT_THROUGH_NATIVE", "cut_through_twin", "get_engine", "method_names", "solve_on_twin", "time_reversal",
+    "CUT_THROUGH_NATIVE", "PORTFOLIOS",
+    "cut_through_twin", "get_engine", "method_names", "solve_on_twin", "time_reversal",
 ]

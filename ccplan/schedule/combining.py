@@ -22,6 +22,12 @@ verifier replays the schedule on *contribution sets*:
   order gives the same verdict when the schedule is valid).
 - Capacity over the occupancy window, single-port, unknown chunk and missing link exactly as
   in :func:`ccplan.schedule.verify.verify`.
+- Under ``switch_model == "cut-through"`` (docs/model.md) a switch holds nothing: what arrives
+  at it in slot ``a`` is there in slot ``a`` only (a later arrival finds it empty), and it sends
+  a chunk only in a slot in which a partial sum (or copy) of that chunk arrives, carrying what
+  arrived. A hop from a switch into a GPU delivers at ``t + delta`` (``instance.latency``, maybe
+  ``t``): within a slot the switches' sends are read first, then the slot's arrivals at the
+  other nodes are applied (copies first, then reduces, these included), then their sends.
 - Postcondition: every ``post`` node ends with exactly the complete set. The makespan is the
   first slot at whose start this holds: the largest slot at which a ``post`` node's set became
   complete (once complete, a valid schedule cannot make it incomplete again).
@@ -86,6 +92,8 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
     full: dict[Chunk, int] = {c: (1 << len(m)) - 1 for c, m in members.items()}
     state: dict[tuple[int, Chunk], int] = {}
     forwarded: dict[tuple[int, Chunk], bool] = {}
+    bufferless = instance.bufferless
+    arrived: dict[tuple[int, Chunk], int] = {}  # last arrival slot at a bufferless switch
     full_at: dict[tuple[Chunk, int], int] = {}
     for c, m in members.items():
         for v in m:
@@ -102,6 +110,8 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
             c, v = send.chunk, send.dst
             key = (v, c)
             cur = state.get(key, 0)
+            if v in bufferless and arrived.get(key) != slot:
+                cur = 0  # a cut-through switch kept nothing from an earlier slot
             where = (send.chunk, (send.src, send.dst), send.slot)
             if send.reduce:
                 overlap = cur & payload
@@ -133,22 +143,27 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
                 new = payload
             state[key] = new
             forwarded[key] = False
+            if v in bufferless:
+                arrived[key] = slot
             if new == full[c]:
                 full_at.setdefault((c, v), slot)
             else:
                 full_at.pop((c, v), None)
 
-    def drain(upto: int | None) -> None:
+    def drain(upto: int | None, only: frozenset[int] | None = None) -> None:
         for slot in sorted(s for s in pending if upto is None or s <= upto):
-            apply(slot, pending.pop(slot))
+            items = pending.pop(slot)
+            if only is not None and slot == upto:
+                # the arrivals of this very slot at ``only`` now, the others after its sends
+                later = [x for x in items if x[0].dst not in only]
+                items = [x for x in items if x[0].dst in only]
+                if later:
+                    pending[slot] = later
+            apply(slot, items)
 
-    by_slot: dict[int, list[Send]] = defaultdict(list)
-    for send in schedule.sends:
-        by_slot[send.slot].append(send)
-    for t in sorted(by_slot):
-        drain(t)
+    def read(t: int, sends: list[Send]) -> None:
         reads: list[tuple[Send, int, int]] = []
-        for send in by_slot[t]:
+        for send in sends:
             key = (send.src, send.dst)
             if send.chunk not in members:
                 violations.append(Violation(
@@ -162,6 +177,14 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
                 continue
             link = topo.link_index[key]
             payload = state.get((send.src, send.chunk), 0)
+            if send.src in bufferless and arrived.get((send.src, send.chunk)) != t:
+                when = arrived.get((send.src, send.chunk))
+                violations.append(Violation(
+                    "causality",
+                    f"{send.describe()}: cut-through switch {send.src} holds nothing and the chunk "
+                    f"last passes it in {'no slot' if when is None else f'slot {when}'}, not in slot {t}",
+                    send.chunk, key, send.slot))
+                continue
             if not payload:
                 violations.append(Violation(
                     "causality",
@@ -174,6 +197,23 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
         for send, payload, link in reads:
             forwarded[(send.src, send.chunk)] = True
             pending[t + int(latency[link])].append((send, payload))
+
+    by_slot: dict[int, list[Send]] = defaultdict(list)
+    for send in schedule.sends:
+        by_slot[send.slot].append(send)
+    for t in sorted(by_slot):
+        if bufferless:
+            # Cut-through: the switches read what arrives at them in slot t and send first;
+            # their hops into GPUs may land in slot t itself (L = delta = 0), before the
+            # GPUs' sends of slot t read their buffers.
+            drain(t, bufferless)
+            first = [s for s in by_slot[t] if s.src in bufferless]
+            read(t, first)
+            drain(t)
+            read(t, [s for s in by_slot[t] if s.src not in bufferless])
+        else:
+            drain(t)
+            read(t, by_slot[t])
     drain(None)
 
     violations.extend(occupied.violations())

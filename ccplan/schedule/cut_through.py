@@ -24,6 +24,9 @@ takes the heuristic's schedule on the store-and-forward twin of the instance and
    ``single_port``, one send and one receive per node per slot, as the verifier counts them;
 3. the result is checked by the independent verifier.
 
+Combining collectives (partial sums relayed by switches that do not reduce, or reduced by
+switches that may) are re-timed by :func:`retime_combining` instead.
+
 The output is therefore always valid under cut-through. It exploits cut-through where the
 semantics allow (a GPU-switch-GPU relay costs one transfer instead of two, and a chunk that
 passes a switch is copied to several GPUs in the same slot) but keeps each heuristic's routing
@@ -35,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
@@ -129,7 +133,8 @@ def retime(instance: Instance, schedule: Schedule) -> Schedule:
     instance : Instance
         ``switch_model == "cut-through"`` (any other instance returns ``schedule`` unchanged).
     schedule : Schedule
-        Valid for ``instance.with_switch_model("store-and-forward")``.
+        Valid for ``instance.with_switch_model("store-and-forward")``. A combining collective's
+        schedule goes to :func:`retime_combining`.
 
     Returns
     -------
@@ -143,6 +148,8 @@ def retime(instance: Instance, schedule: Schedule) -> Schedule:
     """
     if not instance.bufferless:
         return schedule
+    if instance.collective.combining:
+        return retime_combining(instance, schedule)
     twin = instance.with_switch_model("store-and-forward")
     report = verify(twin, schedule)
     if not report.ok:
@@ -258,3 +265,234 @@ def retime(instance: Instance, schedule: Schedule) -> Schedule:
     return best_out
 
 
+
+
+# --------------------------------------------------------------------------- combining
+RETIME_ROUNDS = 40
+"""Passes of :func:`retime_combining`'s list scheduling (each raises the start of the units a
+pass left before one of their predecessors) before it gives up."""
+
+
+def _feeding(
+    instance: Instance, twin: Instance, sends: list[Send], links: list[int]
+) -> list[tuple[int, int]]:
+    """``(f, s)`` pairs: send ``f`` into a switch feeds the switch's send ``s`` (the arrivals
+    whose partial sums ``s`` carries on the twin: the last copy before ``s`` and the reduces
+    after it, or every reduce when no copy came)."""
+    into: dict[tuple[int, Chunk], list[tuple[int, int, int]]] = defaultdict(list)
+    lat = twin.latency
+    bufferless = instance.bufferless
+    for i, s in enumerate(sends):
+        if s.dst in bufferless:
+            into[(s.dst, s.chunk)].append((s.slot + int(lat[links[i]]), int(s.reduce), i))
+    for arrivals in into.values():
+        arrivals.sort()
+    pairs: list[tuple[int, int]] = []
+    for i, s in enumerate(sends):
+        if s.src not in bufferless:
+            continue
+        before = [a for a in into[(s.src, s.chunk)] if a[0] <= s.slot]
+        fed: list[int] = []
+        for _arr, is_reduce, f in reversed(before):
+            fed.append(f)
+            if not is_reduce:
+                break  # a copy replaced whatever the switch held before
+        if not fed:
+            raise ValidationError(f"{s.describe()}: switch {s.src} sends a chunk it never received")
+        pairs.extend((f, i) for f in fed)
+    return pairs
+
+
+def retime_combining(instance: Instance, schedule: Schedule) -> Schedule:
+    """The shorter of :func:`_retime_units` with rigid multicasts and with each switch's sends of
+    one arrival split by their twin slot (every group fed by its own copy of the GPU's send:
+    a multicast needs all its downlinks free in one slot, which a busy phase rarely offers).
+
+    Raises
+    ------
+    ValidationError
+        Neither variant gives a valid schedule (the first reason is given).
+    """
+    if not instance.bufferless:
+        return schedule
+    best: tuple[int, Schedule] | None = None
+    failure: ValidationError | None = None
+    for split in (False, True):
+        try:
+            out = _retime_units(instance, schedule, split)
+        except ValidationError as exc:
+            failure = failure or exc
+            continue
+        ms = verify(instance, out).makespan_slots or 0
+        if best is None or ms < best[0]:
+            best = (ms, out)
+    if best is None:
+        assert failure is not None
+        raise failure
+    return best[1]
+
+
+def _retime_units(instance: Instance, schedule: Schedule, split: bool) -> Schedule:
+    """Rebuild a combining ``schedule`` (valid on the store-and-forward twin of ``instance``)
+    for cut-through switches that relay partial sums (docs/model.md, "Cut-through switches").
+
+    Every send out of a switch must leave in the very slot in which what it carries arrives, so
+    the sends joined by a switch (an arrival and the switch's sends that carry it; several
+    arrivals that a reducing switch combines) form a rigid *unit*, its sends at fixed offsets
+    (``L`` of the hop into the switch). At every other node each chunk's events keep the twin's
+    order (an arrival before a send stays before it or in its slot; a send before an arrival
+    stays strictly before; a reduce before a copy, or two copies, strictly), so every send
+    carries the same contributions as on the twin. Units are then placed by list scheduling in
+    the twin's order, each at the earliest slot its placed predecessors, ``omega`` (with the
+    outages), single-port and the rule "one arrival of a chunk at a switch per slot" allow; a
+    unit placed before a predecessor that ended later raises its own earliest slot and the pass
+    is repeated (at most :data:`RETIME_ROUNDS` times).
+
+    Raises
+    ------
+    ValidationError
+        ``schedule`` is not valid on the twin, its switch sends cannot be joined into rigid
+        units (a multicast whose branches must arrive at different times), or the passes do
+        not settle.
+    """
+    if not instance.bufferless:
+        return schedule
+    twin = instance.with_switch_model("store-and-forward")
+    report = verify(twin, schedule)
+    if not report.ok:
+        raise ValidationError(f"cut-through re-timing needs a valid schedule: {report.violations[0]}")
+    topo = instance.topology
+    bufferless = instance.bufferless
+    sends = sorted(schedule.sends)
+    links = [topo.link_index[(s.src, s.dst)] for s in sends]
+    lat = [int(x) for x in instance.latency]
+    twin_lat = [int(x) for x in twin.latency]
+    pairs = _feeding(instance, twin, sends, links)
+    if split:
+        # one copy of a GPU's send into a switch per twin slot in which the switch sends it on
+        clone: dict[tuple[int, int], int] = {}
+        groups: dict[int, set[int]] = defaultdict(set)
+        for f, g in pairs:
+            groups[f].add(sends[g].slot)
+        for f, slots in groups.items():
+            if sends[f].src in bufferless or len(slots) < 2:
+                continue
+            for slot in sorted(slots)[1:]:
+                clone[(f, slot)] = len(sends)
+                sends.append(sends[f])
+                links.append(links[f])
+        pairs = [(clone.get((f, sends[g].slot), f), g) for f, g in pairs]
+
+    # 1. units: sends joined through switches, with offsets T(s) = T(f) + L(f)
+    adj: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for f, g in pairs:
+        adj[f].append((g, lat[links[f]]))
+        adj[g].append((f, -lat[links[f]]))
+    unit_of = [-1] * len(sends)
+    offset = [0] * len(sends)
+    units: list[list[int]] = []
+    for i in range(len(sends)):
+        if unit_of[i] >= 0:
+            continue
+        unit_of[i] = len(units)
+        members = [i]
+        stack = [i]
+        while stack:
+            a = stack.pop()
+            for b, d in adj[a]:
+                if unit_of[b] < 0:
+                    unit_of[b], offset[b] = unit_of[i], offset[a] + d
+                    members.append(b)
+                    stack.append(b)
+                elif offset[b] != offset[a] + d:
+                    raise ValidationError(
+                        f"{sends[b].describe()}: its inputs through switches cannot arrive together "
+                        "under cut-through"
+                    )
+        low = min(offset[m] for m in members)
+        for m in members:
+            offset[m] -= low
+        units.append(members)
+
+    # 2. precedence at every node that is not a bufferless switch: the twin's order of events
+    events: dict[tuple[int, Chunk], list[tuple[int, int, int]]] = defaultdict(list)  # (slot, kind, send)
+    for i, s in enumerate(sends):
+        if s.dst not in bufferless:
+            events[(s.dst, s.chunk)].append((s.slot + twin_lat[links[i]], int(s.reduce), i))
+        if s.src not in bufferless:
+            events[(s.src, s.chunk)].append((s.slot, 2, i))
+    preds: list[list[tuple[int, int]]] = [[] for _ in units]  # (unit before, min distance)
+
+    def at(kind: int, i: int) -> int:
+        """Offset in its unit of an event: a send's slot or an arrival's slot."""
+        return offset[i] + (lat[links[i]] if kind < 2 else 0)
+
+    for seq in events.values():
+        seq.sort()
+        for (t1, k1, i1), (t2, k2, i2) in pairwise(seq):
+            strict = int(
+                (k1 == 2 and k2 < 2) or (k1 == 1 and k2 == 0) or (k1 == 0 and k2 == 0 and t1 < t2)
+            )
+            u1, u2 = unit_of[i1], unit_of[i2]
+            gap = at(k1, i1) - at(k2, i2) + strict
+            if u1 == u2:
+                if gap > 0:
+                    raise ValidationError(
+                        f"{sends[i2].describe()}: under cut-through it would overtake "
+                        f"{sends[i1].describe()} at node {sends[i2].src if k2 == 2 else sends[i2].dst}"
+                    )
+                continue
+            preds[u2].append((u1, gap))
+
+    # 3. list scheduling in the twin's order, repeated until every precedence holds
+    order = sorted(range(len(units)), key=lambda u: min(sends[i].slot for i in units[u]))
+    occ = [int(x) for x in instance.occupancy]
+    limit = 4 * (int(report.makespan_slots or 0) + 1) + sum(occ[e] + lat[e] for e in links)
+    earliest = [0] * len(units)
+    start = [0] * len(units)
+    for _round in range(RETIME_ROUNDS):
+        book = _Book(instance)
+        passing: set[tuple[int, Chunk, int]] = set()
+        placed = [False] * len(units)
+        for u in order:
+            t = max([earliest[u]] + [start[p] + w for p, w in preds[u] if placed[p]])
+            while True:
+                if t > limit:
+                    raise ValidationError("cut-through re-timing found no slot for a relay of partial sums")
+                hits = {(sends[i].dst, sends[i].chunk, t + offset[i] + lat[links[i]])
+                        for i in units[u] if sends[i].dst in bufferless}
+                if not (hits & passing) and all(book.fits(links[i], t + offset[i]) for i in units[u]):
+                    break
+                t += 1
+            for i in units[u]:
+                book.take(links[i], t + offset[i])
+            passing |= hits
+            start[u] = t
+            placed[u] = True
+        late = False
+        for u in range(len(units)):
+            need = max([start[p] + w for p, w in preds[u]], default=0)
+            if start[u] < need:
+                earliest[u] = max(earliest[u], need)
+                late = True
+        if not late:
+            break
+    else:
+        raise ValidationError(
+            f"cut-through re-timing of the partial sums did not settle in {RETIME_ROUNDS} passes"
+        )
+    out = Schedule(
+        tuple(
+            Send(slot=start[unit_of[i]] + offset[i], chunk=s.chunk, src=s.src, dst=s.dst, reduce=s.reduce)
+            for i, s in enumerate(sends)
+        ),
+        method=schedule.method,
+    )
+    check = verify(instance, out)
+    if not check.ok:
+        raise ValidationError(f"cut-through re-timing broke the partial sums: {check.violations[0]}")
+    log.debug(
+        "cut-through re-timing of %s: %s -> %s slots",
+        schedule.method, report.makespan_slots, check.makespan_slots,
+    )
+    return out

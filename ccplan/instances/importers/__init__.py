@@ -12,6 +12,7 @@ Malformed input raises :class:`~ccplan.errors.ValidationError` whose message sta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -42,6 +43,8 @@ __all__ = [
     "parse_assignments",
     "read_machine",
 ]
+
+log = logging.getLogger(__name__)
 
 Parser = Callable[[str, str, str], Machine]
 
@@ -133,6 +136,12 @@ def import_topology(
     name : str, optional
         Topology name (default: derived from the file).
 
+    Returns
+    -------
+    Topology
+        With ``switch_model = "cut-through"`` when it has switches (NVSwitch, PCIe, NIC and
+        fabric switches forward cut-through; docs/import.md), else not stated.
+
     Raises
     ------
     ValidationError
@@ -164,4 +173,12 @@ def import_topology(
             )
         topo = join_machines(topo, network, d)
     final_name = name or topo.name
-    return Topology(name=final_name, nodes=topo.nodes, links=topo.links, description=topo.description)
+    # Every switch an importer makes is an NVSwitch, a PCIe switch / host bridge, a NIC or a
+    # fabric switch: all forward packets of a few KB at most, so a chunk streams through them
+    # (docs/import.md, "Switch model"). A machine without switches states nothing.
+    model = "cut-through" if topo.switches else None
+    if model:
+        log.warning("switches forward cut-through (switch_model %r; docs/import.md)", model)
+    return Topology(
+        name=final_name, nodes=topo.nodes, links=topo.links, description=topo.description, switch_model=model
+    )
