@@ -426,3 +426,26 @@ def test_ctrl_c_stops_a_sweep_with_one_line_and_no_worker_left(tmp_path):
     while time.monotonic() < deadline and any(_alive(p) for p in workers):
         time.sleep(0.1)
     assert workers and not any(_alive(p) for p in workers)
+
+
+def test_cut_through_sweep_of_a_combining_collective(tmp_path):
+    """A cut-through sweep runs combining collectives too (it was refused before).
+
+    Ring AllReduce of 4 GPUs around one cut-through switch, C = 1: 2(N-1) = 6 ring steps, each
+    one chunk of M/N through the switch; a cut-through hop GPU -> switch -> GPU takes one slot
+    (tau = the chunk's time on one 50 GB/s link, alpha rounded to 0), so 6 slots; no send
+    combines partial sums at the switch (it relays each).
+    """
+    cfg = tmp_path / "ct.toml"
+    cfg.write_text(
+        'name = "ct"\ncollectives = ["allreduce"]\nsizes = ["4MB"]\nchunks = [1]\n'
+        '[[topology]]\nname = "star_switch"\nparams = {n = 4}\n'
+        '[[method]]\nlabel = "ring"\nmethod = "ring"\n'
+        '[instance]\nswitch_model = "cut-through"\n[run]\nprocesses = 1\nsimulate = false\n'
+    )
+    out = run_sweep(SweepConfig.from_toml(cfg), out=tmp_path / "ct.csv", progress=False)
+    (row,) = load_results(out)
+    assert row["error"] in (None, ""), row["error"]
+    assert row["verified"] is True and row["switch_model"] == "cut-through"
+    assert row["makespan_slots"] == 6
+    assert row["physical_bound_us"] <= row["makespan_us"] * (1 + 1e-9)

@@ -259,7 +259,9 @@ class SweepConfig:
         TE-CCL's cap: when ``min alpha / tau`` exceeds this ratio, the slot is lengthened to
         ``min alpha / ratio`` (TE-CCL uses 200). None (default) keeps the paper's tau.
     switch_model : str
-        ``store-and-forward`` (default) or ``cut-through`` (TE-CCL's switch, docs/model.md).
+        ``store-and-forward`` (default) or ``cut-through`` (TE-CCL's switch, docs/model.md), for
+        every collective. A sweep names its model here: a topology file's own ``switch_model``
+        is not read (each row's ``switch_model`` column says which was used).
     processes : int
         Local worker processes.
     simulate : bool
@@ -318,15 +320,6 @@ class SweepConfig:
                 f"{where}: instance.switch_model must be one of {', '.join(SWITCH_MODELS)}, "
                 f"got {show(self.switch_model)}"
             )
-        if self.switch_model == "cut-through":
-            from ccplan.instances.combining import COMBINING
-
-            combining = [c.kind for c in self.collectives if c.kind in COMBINING]
-            if combining:
-                raise ValidationError(
-                    f"{where}: instance.switch_model 'cut-through' is defined for data-movement "
-                    f"collectives, not {combining[0]!r}"
-                )
         if not isinstance(self.simulate, bool):
             raise ValidationError(f"{where}: run.simulate must be true or false, got {show(self.simulate)}")
         if self.out is not None and (not isinstance(self.out, str) or not self.out):
