@@ -22,6 +22,7 @@ Output directory layout::
     report.md                     the report (tables, plots)
     report.html                   the same, one self-contained page (pictures embedded)
     plan.json                     every cell's numbers, the options used, the files written
+    plan.csv                      one row per cell, nccl-tests' columns (ccplan.export.nccl_table)
     xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule
     schedules/<coll>_<size>.json  the best schedule (``ccplan verify`` / ``export`` read it)
     img/*.png                     algbw/busbw vs size, Gantt and utilisation of the best schedule
@@ -39,7 +40,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
+from ccplan.export.nccl_table import csv_text
 from ccplan.instances.topology import Topology
+from ccplan.parsing import plain_number
 from ccplan.pipeline.solve import BUSBW_FACTORS, Result
 
 log = logging.getLogger(__name__)
@@ -141,6 +144,12 @@ class PlanRequest:
             raise ValidationError("plan: give at least one size")
         if not self.methods:
             raise ValidationError("plan: give at least one method")
+        if len(self.topology.gpus) < 2:
+            # refused before any file is written: every cell would be empty (a one-GPU machine)
+            raise ValidationError(
+                f"plan: topology {self.topology.name!r} has {len(self.topology.gpus)} GPU(s); "
+                "a collective needs at least two, so there is nothing to plan"
+            )
         if self.chunks != "auto":
             int_value(self.chunks, "plan: chunks", low=1)
         if self.root is not None:
@@ -552,6 +561,7 @@ def run_plan(
         )
         + "\n",
     )
+    _write_text(out / "plan.csv", csv_text(public_rows, public_best, n))
     result = PlanResult(out_dir=out, report=report, rows=tuple(public_rows), best=tuple(public_best))
     if interrupted:
         raise SolveInterrupted(
@@ -663,6 +673,8 @@ def _html(
 def _num(value: Any, spec: str = ".4g") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
+    if spec == ".4g" and isinstance(value, (int, float)):
+        return plain_number(value)  # 15000, never 1.5e+04
     return format(value, spec)
 
 
