@@ -24,7 +24,7 @@ import codecs
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +303,11 @@ def load_toml_file(path: str | Path, what: str) -> dict[str, Any]:
 _SIZE_UNITS = {
     "": 1,
     "B": 1,
+    # nccl-tests' -b/-e letters: binary (its parsesize reads K, M, G as 2**10, 2**20, 2**30)
+    "K": 2**10,
+    "M": 2**20,
+    "G": 2**30,
+    "T": 2**40,
     "KB": 10**3,
     "MB": 10**6,
     "GB": 10**9,
@@ -310,13 +315,20 @@ _SIZE_UNITS = {
     "KIB": 2**10,
     "MIB": 2**20,
     "GIB": 2**30,
+    "TIB": 2**40,
 }
+
+_SIZE_HELP = (
+    "use bytes or a unit: K, M, G, T (binary, as nccl-tests), KiB ... TiB (binary), KB ... TB (decimal)"
+)
 
 
 def parse_size(text: str | int | float) -> float:
-    """Parse a data size: bytes as a number, or ``"1KB"``, ``"64MB"``, ``"1GB"``.
+    """Parse a data size: bytes as a number, or a number and a unit (``"64MB"``, ``"128M"``).
 
-    Units are decimal as in TE-CCL (1KB = 1000 bytes); ``KiB``/``MiB``/``GiB`` are binary.
+    ``KB``, ``MB``, ``GB``, ``TB`` are decimal as in TE-CCL (1KB = 1000 bytes); ``KiB`` ...
+    ``TiB`` are binary, and so are the bare letters ``K``, ``M``, ``G``, ``T``, which is how
+    nccl-tests reads its ``-b``/``-e`` (``1M`` = 1048576 bytes). Units are case-insensitive.
 
     Raises
     ------
@@ -335,21 +347,143 @@ def parse_size(text: str | int | float) -> float:
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
         if not match or match.group(2).upper() not in _SIZE_UNITS:
-            raise ValidationError(
-                f"size {show(text)} is not understood (use bytes or a unit: B, KB, MB, GB, KiB, MiB, GiB)"
-            )
+            raise ValidationError(f"size {show(text)} is not understood ({_SIZE_HELP})")
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
     if not math.isfinite(value) or value <= 0:
         raise ValidationError(f"size must be positive, got {show(text)}")
     if value < 1:
-        raise ValidationError(f"size must be at least one byte, got {show(text)} ({value:g} bytes)")
+        raise ValidationError(
+            f"size must be at least one byte, got {show(text)} ({plain_number(value)} bytes)"
+        )
     return value
 
 
 def format_size(num_bytes: float) -> str:
-    """Inverse of :func:`parse_size` for round decimal sizes (``1e9 -> '1GB'``)."""
-    for unit in ("TB", "GB", "MB", "KB"):
-        factor = _SIZE_UNITS[unit]
-        if num_bytes >= factor and abs(num_bytes / factor - round(num_bytes / factor)) < 1e-9:
-            return f"{round(num_bytes / factor)}{unit}"
-    return f"{num_bytes:g}B"
+    """A size as short text that :func:`parse_size` reads back to the same number, never in
+    exponent form: a whole number of decimal units (``1e9 -> '1GB'``), else of binary units
+    (``2**30 -> '1GiB'``), else bytes (``1536 -> '1536B'``)."""
+    for unit in ("TB", "GB", "MB", "KB", "TiB", "GiB", "MiB", "KiB"):
+        factor = _SIZE_UNITS[unit.upper()]
+        if num_bytes >= factor and float(num_bytes) % factor == 0:
+            return f"{int(num_bytes) // factor}{unit}"
+    if float(num_bytes).is_integer():
+        return f"{int(num_bytes)}B"
+    return f"{plain_number(num_bytes, 12)}B"
+
+
+MAX_SIZES = 64
+"""Most sizes one ``-b``/``-e``/``-f`` series may give (each is a row of cells to solve)."""
+
+_LABEL_UNITS = {
+    "nccl": (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)),
+    "binary": (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)),
+    "decimal": (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("KB", 10**3)),
+}
+
+
+def _size_style(*texts: str) -> str:
+    """The unit family the user wrote (the first text with a unit decides): ``nccl`` for a
+    bare K/M/G/T or plain bytes, ``binary`` for KiB ..., ``decimal`` for KB ..."""
+    for text in texts:
+        unit = re.sub(r"[^A-Za-z]", "", text).upper()
+        if unit in ("", "B"):
+            continue
+        if unit.endswith("IB"):
+            return "binary"
+        return "decimal" if unit.endswith("B") else "nccl"
+    return "nccl"
+
+
+def _size_label(num_bytes: int, style: str) -> str:
+    for unit, factor in _LABEL_UNITS[style]:
+        if num_bytes % factor == 0:
+            return f"{num_bytes // factor}{unit}"
+    return str(num_bytes) if style == "nccl" else f"{num_bytes}B"
+
+
+def size_series(low: str, high: str, factor: int, *, limit: int = MAX_SIZES) -> tuple[str, ...]:
+    """The sizes nccl-tests' ``-b low -e high -f factor`` runs: ``low``, ``low * factor``, ...
+    up to and including ``high``, as labels in the units the user wrote (``low`` and, when the
+    series reaches it, ``high`` exactly as given; ``-b 1K -e 1G -f 4`` gives 1K, 4K, 16K, ...,
+    256M, 1G).
+
+    Raises
+    ------
+    ValidationError
+        A bad size, ``low`` above ``high``, sizes that are no whole number of bytes, a
+        factor below 2, or more than ``limit`` sizes.
+    """
+    lo, hi = parse_size(low), parse_size(high)
+    for flag, text, value in (("-b/--min-bytes", low, lo), ("-e/--max-bytes", high, hi)):
+        if not value.is_integer():
+            raise ValidationError(f"{flag} must be a whole number of bytes, got {show(text)}")
+    if lo > hi:
+        raise ValidationError(f"-b/--min-bytes {show(low)} is larger than -e/--max-bytes {show(high)}")
+    step = int_value(factor, "-f/--step-factor", low=2)
+    sizes: list[int] = []
+    size = int(lo)
+    while size <= hi:
+        sizes.append(size)
+        if len(sizes) > limit:
+            count = len(sizes) + int(math.log(hi / size, step) + 1e-9)
+            raise ValidationError(
+                f"-b {low} -e {high} -f {step} gives {count} sizes, more than {limit}: "
+                "raise -f or narrow -b/-e"
+            )
+        size *= step
+    style = _size_style(low, high)
+    labels = [_size_label(s, style) for s in sizes]
+    labels[0] = low.strip()
+    if sizes[-1] == hi and len(sizes) > 1:
+        labels[-1] = high.strip()
+    return tuple(labels)
+
+
+def plain_number(value: float, digits: int = 4) -> str:
+    """``value`` in fixed notation with about ``digits`` significant digits and never in
+    exponent form (``15000.0 -> '15000'``, ``0.000123 -> '0.000123'``, ``2.5 -> '2.5'``).
+
+    Whole parts are kept in full (``1234567.8 -> '1234568'``); below ``1e-15`` reads ``0``.
+    """
+    number = float(value)
+    if not math.isfinite(number):
+        return "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+    if number == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(number)))
+    decimals = min(15, max(0, digits - 1 - magnitude))
+    text = f"{number:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[\s_\-]", "", text).lower()
+
+
+def choose(value: str, choices: Sequence[str], what: str, *, listing: str | None = None) -> str:
+    """The entry of ``choices`` that ``value`` names: itself, or the one entry it spells up to
+    case, ``-``, ``_`` and spaces (``AllReduce``, ``all_reduce`` -> ``allreduce``).
+
+    Raises
+    ------
+    ValidationError
+        No entry (or more than one) matches: one line naming ``what`` and ``value``, with
+        "did you mean" and the close entries (:func:`difflib.get_close_matches`), then
+        ``listing`` (default: every choice).
+    """
+    import difflib
+
+    if value in choices:
+        return value
+    key = _squash(str(value))
+    same = [c for c in choices if _squash(c) == key]
+    if len(same) == 1:
+        return same[0]
+    if not same:
+        squashed = {_squash(c): c for c in choices}
+        same = [squashed[k] for k in difflib.get_close_matches(key, list(squashed), n=3, cutoff=0.6)]
+    hint = f"; did you mean {' or '.join(repr(c) for c in same)}?" if same else ""
+    listing = listing if listing is not None else f"choose from {', '.join(choices)}"
+    raise ValidationError(f"{what} {show(value)} is unknown{hint} ({listing})")

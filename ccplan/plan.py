@@ -26,6 +26,7 @@ Output directory layout::
     plan.json                     every cell's numbers, the options used, the files written
     manifest.json                 every XML file: collective, size range, buffer mode, protocol,
                                   channels, the schedule and its numbers (docs/formats.md)
+    plan.csv                      one row per cell, nccl-tests' columns (ccplan.export.nccl_table)
     xml/<coll>_<size>.xml         MSCCL algorithm of the best schedule, in-place calls
     xml/<coll>_<size>_op.xml      the same for out-of-place calls
     xml/legacy/...                files only legacy MSCCL accepts (not loaded from xml/)
@@ -46,7 +47,9 @@ from typing import Any, cast
 
 from ccplan.errors import CCPlanError, SolveInterrupted, ValidationError
 from ccplan.export.msccl_files import EXPORT_ATTEMPTS, choose_exports, write_plan_xml
+from ccplan.export.nccl_table import csv_text
 from ccplan.instances.topology import Topology
+from ccplan.parsing import plain_number
 from ccplan.pipeline.solve import BUSBW_FACTORS, Result
 
 log = logging.getLogger(__name__)
@@ -132,6 +135,12 @@ class PlanRequest:
             raise ValidationError("plan: give at least one size")
         if not self.methods:
             raise ValidationError("plan: give at least one method")
+        if len(self.topology.gpus) < 2:
+            # refused before any file is written: every cell would be empty (a one-GPU machine)
+            raise ValidationError(
+                f"plan: topology {self.topology.name!r} has {len(self.topology.gpus)} GPU(s); "
+                "a collective needs at least two, so there is nothing to plan"
+            )
         if self.chunks != "auto":
             int_value(self.chunks, "plan: chunks", low=1)
         if self.root is not None:
@@ -330,8 +339,12 @@ class PlanResult:
 
     @property
     def xml_files(self) -> list[Path]:
-        """The MSCCL XML files written (every one passed the validator)."""
-        return [self.out_dir / b["xml"] for b in self.best if b.get("xml")]
+        """The MSCCL XML files written, every buffer mode and dialect (each passed the validator)."""
+        return [
+            self.out_dir / path
+            for b in self.best
+            for path in (b.get("xml_files") or ([b["xml"]] if b.get("xml") else []))
+        ]
 
 
 def _slug(text: str) -> str:
@@ -510,6 +523,7 @@ def run_plan(
         )
         + "\n",
     )
+    _write_text(out / "plan.csv", csv_text(public_rows, public_best, n))
     result = PlanResult(out_dir=out, report=report, rows=tuple(public_rows), best=tuple(public_best))
     if interrupted:
         raise SolveInterrupted(
@@ -621,6 +635,8 @@ def _html(
 def _num(value: Any, spec: str = ".4g") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
+    if spec == ".4g" and isinstance(value, (int, float)):
+        return plain_number(value)  # 15000, never 1.5e+04
     return format(value, spec)
 
 

@@ -11,7 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ccplan.errors import ValidationError
-from ccplan.parsing import MAX_DIGITS, MAX_INDEX, int_text, show
+from ccplan.parsing import MAX_DIGITS, MAX_INDEX, choose, int_text, parse_size, show
+
+DEFAULT_SIZE = "1MB"
+"""``--size`` when none is given; the commands print it as the default in their header."""
 
 
 def _parse_topo_args(items: Sequence[str]) -> dict[str, Any]:
@@ -25,13 +28,57 @@ def _parse_topo_args(items: Sequence[str]) -> dict[str, Any]:
     return params
 
 
+def _topology_name(spec: str) -> str:
+    """A built-in's name as ``--topology`` spells it (``DGX-1`` and ``dgx_1`` name ``dgx1``),
+    or the file path unchanged; an unknown name is refused with "did you mean"."""
+    from pathlib import Path
+
+    from ccplan.instances.builtin import TOPOLOGIES
+
+    if spec.lower().endswith(".json") or Path(spec).is_file():
+        return spec
+    listing = f"a built-in: {', '.join(TOPOLOGIES)}; or a topology JSON file"
+    return choose(spec, list(TOPOLOGIES), "topology", listing=listing)
+
+
 def _topology(args: argparse.Namespace) -> Any:
     from ccplan.instances.builtin import resolve_topology
 
     params = _parse_topo_args(args.topo_arg or [])
     if args.chassis is not None:
         params["chassis"] = args.chassis
-    return resolve_topology(args.topology, **params)
+    return resolve_topology(_topology_name(args.topology), **params)
+
+
+def _collective_name(name: str) -> str:
+    """``--collective`` as the catalogue names it (``AllReduce``, ``all_reduce`` ->
+    ``allreduce``), or a "did you mean" refusal."""
+    from ccplan.instances.catalog import COLLECTIVES
+
+    return choose(name, sorted(COLLECTIVES), "collective")
+
+
+def _method_name(name: str, what: str = "method") -> str:
+    """A registered method's name (``MILP`` -> ``milp``, ``cut_aware`` -> ``cut-aware``), or a
+    "did you mean" refusal."""
+    from ccplan.contract import method_names
+
+    return choose(name, list(method_names()), what)
+
+
+def _size_text(args: argparse.Namespace) -> str:
+    """``--size`` as given, or :data:`DEFAULT_SIZE` when it was left out."""
+    return DEFAULT_SIZE if args.size is None else str(args.size)
+
+
+def _size_line(args: argparse.Namespace) -> str:
+    """The size as the user wrote it, its bytes, and whether it is the default: the header
+    line of ``solve`` and ``bounds`` (``1G = 1,073,741,824 bytes``)."""
+    text = _size_text(args)
+    value = parse_size(text)
+    exact = f"{int(value):,}" if value.is_integer() else f"{value:,.3f}"
+    default = "; the default, --size not given" if args.size is None else ""
+    return f"{text.strip()} = {exact} bytes{default}"
 
 
 def _parse_dests(text: str | None) -> tuple[int, ...] | None:
@@ -58,6 +105,7 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     from ccplan.instances import make_collective, make_instance
     from ccplan.instances.catalog import ROOTED
 
+    args.collective = _collective_name(args.collective)
     if args.root is not None and args.collective not in ROOTED:
         rooted = ", ".join(sorted(ROOTED))
         raise ValidationError(
@@ -81,7 +129,7 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
     return make_instance(
         topology,
         collective,
-        args.size,
+        _size_text(args),
         tau_rule=args.tau_rule,
         tau_us=args.tau_us,
         alpha_threshold=args.alpha_threshold,
@@ -151,7 +199,11 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--collective", default="allgather", help="allgather (default), broadcast, ...")
     g.add_argument("--root", type=_nonneg_int, help="root GPU of rooted collectives (default: the first GPU)")
     g.add_argument("--dests", help="multicast destinations, comma-separated")
-    g.add_argument("--size", default="1MB", help="output buffer size, e.g. 64KB, 1MB, 1GB (decimal) or bytes")
+    g.add_argument(
+        "--size",
+        help=f"output buffer size (default {DEFAULT_SIZE}, said in the output): bytes, 64KB, 1MB, 1GB "
+        "(decimal), 128M, 1G (binary, as nccl-tests' -b/-e) or 1GiB",
+    )
     g.add_argument(
         "--chunks",
         type=_chunks_arg,

@@ -7,8 +7,9 @@ import argparse
 import json
 from typing import Any
 
-from ccplan.cli.args import _add_instance_args, _instance, _positive_float
+from ccplan.cli.args import _add_instance_args, _instance, _method_name, _positive_float, _size_line
 from ccplan.cli.output import EXIT_OK, _fmt
+from ccplan.parsing import plain_number
 
 
 def cmd_bounds(args: argparse.Namespace) -> int:
@@ -16,6 +17,8 @@ def cmd_bounds(args: argparse.Namespace) -> int:
     from ccplan.pipeline.estimate import estimate_solve
     from ccplan.pipeline.solve import physical_of
 
+    if not args.no_upper:
+        args.upper_method = _method_name(args.upper_method, "--upper-method")
     instance = _instance(args)
     estimate_solve(instance).check()
     res = None
@@ -48,7 +51,8 @@ def cmd_bounds(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1))
         return EXIT_OK
     print(f"instance  {data['instance']}")
-    print(f"tau       {instance.tau_us:.6g} us")
+    print(f"size      {_size_line(args)}")
+    print(f"tau       {plain_number(instance.tau_us, 6)} us")
     for key, value in data.items():
         if key in ("instance", "tau_us"):
             continue

@@ -52,6 +52,49 @@ class _NoteCollector(logging.Handler):
         print(f"note: {text}", file=sys.stderr)
 
 
+SAMPLES: dict[str, str] = {
+    "dgx1-v100": "nvsmi_dgx1_v100.txt",
+    "dgx-h100": "nvsmi_dgx_h100.txt",
+    "pcie-8gpu": "nvsmi_pcie_8gpu.txt",
+    "mi250-8gcd": "rocm_smi_mi250_8gcd.txt",
+}
+"""``--sample NAME`` -> the tool output shipped in ``ccplan/data/samples`` (``nvidia-smi topo
+-m`` of a DGX-1 V100, a DGX H100 and a PCIe box of 8 GPUs; ``rocm-smi --showtopo`` of an
+MI250 with 8 GCDs), for a machine without GPUs or without ``nvidia-smi``."""
+
+
+def _sample_path(name: str) -> Path:
+    from importlib.resources import files
+
+    from ccplan.parsing import choose
+
+    chosen = choose(name, list(SAMPLES), "--sample")
+    return Path(str(files("ccplan").joinpath("data", "samples", SAMPLES[chosen])))
+
+
+def _input_file(args: argparse.Namespace) -> Path:
+    """The tool output to read: FILE, or the bundled ``--sample``. An empty FILE (what
+    ``nvidia-smi topo -m > topo.txt`` leaves when nvidia-smi is missing) is refused with the
+    command that imports a sample instead."""
+    if args.sample is not None:
+        if args.file:
+            raise ValidationError(
+                f"give FILE or --sample, not both (got {args.file!r} and --sample {args.sample})"
+            )
+        return _sample_path(args.sample)
+    path = Path(args.file)
+    try:
+        empty = path.is_file() and path.stat().st_size == 0
+    except OSError:
+        empty = False  # the importer names the problem
+    if empty:
+        raise ValidationError(
+            f"{args.file} is empty (did `nvidia-smi topo -m` fail or is it missing? without a GPU "
+            f"machine, import a bundled sample: ccplan import-topology --sample dgx1-v100 --out {args.out})"
+        )
+    return path
+
+
 def cmd_import_topology(args: argparse.Namespace) -> int:
     from ccplan.instances.importers import import_topology
 
@@ -59,8 +102,9 @@ def cmd_import_topology(args: argparse.Namespace) -> int:
     if args.show_defaults:
         print(json.dumps(defaults.to_dict(), indent=1))
         return EXIT_OK
-    if not args.file or not args.out:
-        raise ValidationError("import-topology needs FILE and --out (or --show-defaults)")
+    if not (args.file or args.sample) or not args.out:
+        raise ValidationError("import-topology needs FILE (or --sample NAME) and --out (or --show-defaults)")
+    source = _input_file(args)
     out = Path(args.out)
     _check_writable(out)
     if args.pcie_gen is not None:
@@ -81,7 +125,7 @@ def cmd_import_topology(args: argparse.Namespace) -> int:
     propagate, importer_log.propagate = importer_log.propagate, False
     try:
         topo = import_topology(
-            args.file,
+            source,
             args.format,
             defaults=defaults,
             pcie=args.pcie,
@@ -110,6 +154,11 @@ def _add_import_topology(p: argparse.ArgumentParser) -> None:
     from ccplan.instances.importers.machine import FABRICS, PCIE_POLICIES
 
     p.add_argument("file", nargs="?", help="nvidia-smi topo -m output, NCCL XML dump, rocm-smi --showtopo")
+    p.add_argument(
+        "--sample",
+        metavar="NAME",
+        help=f"import a bundled tool output instead of FILE (no GPU needed): {', '.join(SAMPLES)}",
+    )
     p.add_argument("--format", default="auto", choices=["auto", *IMPORTERS], help="input format")
     p.add_argument("--out", help="topology JSON to write")
     p.add_argument("--name", help="topology name (default from the input)")

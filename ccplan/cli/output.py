@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ccplan.parsing import plain_number
+
 EXIT_OK = 0
 EXIT_VIOLATION = 1
 EXIT_USAGE = 2
@@ -34,8 +36,8 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
         return "inf"
     if isinstance(value, int) and spec == ".4g":
         return str(value)  # slot counts and bounds are exact: never 3.28e+06 for 3280010
-    if isinstance(value, float) and spec == ".4g" and 1e4 <= abs(value) < 1e12:
-        return f"{value:.0f}"  # 80469 us reads better than 8.047e+04 us
+    if isinstance(value, float) and spec == ".4g":
+        return plain_number(value)  # 80469 us reads better than 8.047e+04 us (never an exponent)
     return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 

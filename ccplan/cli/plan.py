@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ccplan.cli.args import _chunks_arg, _nonneg_int, _positive_float, _positive_int, _topology
-from ccplan.cli.output import EXIT_INTERRUPTED, EXIT_OK, _fmt
+from ccplan.cli.args import _arg_type, _chunks_arg, _nonneg_int, _positive_float, _positive_int, _topology
+from ccplan.cli.output import EXIT_INTERRUPTED, EXIT_NO_SCHEDULE, EXIT_OK, _fmt, _set_status
 from ccplan.cli.signals import _take_interrupt
 from ccplan.errors import ValidationError
+from ccplan.parsing import MAX_INDEX, one_line
 
 
 def _csv_list(text: str, option: str) -> tuple[str, ...]:
@@ -22,16 +23,84 @@ def _csv_list(text: str, option: str) -> tuple[str, ...]:
     return items
 
 
+DEFAULT_SIZES = "1MB,64MB"
+"""``--sizes`` when neither it nor ``-b``/``-e`` is given."""
+
+
+def _sizes(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--sizes``, or the geometric series of ``-b``/``-e``/``-f`` as nccl-tests runs it."""
+    from ccplan.parsing import size_series
+
+    series = (args.min_bytes, args.max_bytes, args.step_factor)
+    if args.sizes is not None:
+        if any(x is not None for x in series):
+            raise ValidationError("give --sizes or -b/--min-bytes -e/--max-bytes [-f], not both")
+        return _csv_list(args.sizes, "--sizes")
+    if all(x is None for x in series):
+        return _csv_list(DEFAULT_SIZES, "--sizes")
+    if args.min_bytes is None or args.max_bytes is None:
+        given = "-b/--min-bytes" if args.min_bytes is not None else "-e/--max-bytes"
+        if args.min_bytes is None and args.max_bytes is None:
+            given = "-f/--step-factor"
+        raise ValidationError(
+            f"{given} needs both -b/--min-bytes and -e/--max-bytes (e.g. -b 1K -e 1G -f 4)"
+        )
+    return size_series(args.min_bytes, args.max_bytes, 2 if args.step_factor is None else args.step_factor)
+
+
+def _no_schedule_line(result: Any) -> str | None:
+    """One line naming every (collective, size) without a verified schedule and the first
+    reason a cell of it gave, or None when every one has a schedule."""
+    failed = [b for b in result.best if "method" not in b]
+    if not failed:
+        return None
+    why = ""
+    for b in failed:
+        errors = [
+            r.get("error") or f"status {r.get('status')}"
+            for r in result.rows
+            if (r["collective"], r["size"], r["role"]) == (b["collective"], b["size"], "candidate")
+        ]
+        if errors:
+            why = f" (first: {errors[0]})"
+            break
+    cells = ", ".join(f"{b['collective']}@{b['size']}" for b in failed)
+    count = f"{len(failed)} of {len(result.best)}"
+    return f"ccplan: error: no verified schedule for {count} cells: {cells}{why}"
+
+
+def _print_tables(request: Any, result: Any) -> None:
+    from ccplan.export.nccl_table import DTYPE, DTYPE_BYTES, table_lines
+    from ccplan.pipeline import BUSBW_FACTORS
+
+    n = len(request.topology.gpus)
+    print(
+        f"# ccplan plan: {request.topology.name}, {n} GPUs; times from the alpha-beta model of the "
+        "machine, not measurements"
+    )
+    print(
+        f"# count: elements of {DTYPE} ({DTYPE_BYTES} bytes, assumed), as nccl-tests counts them; "
+        "bound: physical lower bound (any chunking); gap = 1 - bound / time"
+    )
+    for coll in request.collectives:
+        factor = BUSBW_FACTORS.get(coll)
+        entries = [b for b in result.best if b["collective"] == coll]
+        print("#")
+        for line in table_lines(coll, entries, n, 1.0 if factor is None else factor(n)):
+            print(line)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
+    from ccplan.cli.args import _collective_name, _method_name
     from ccplan.errors import SolveInterrupted
     from ccplan.plan import PlanRequest, run_plan
 
     request = PlanRequest(
         topology=_topology(args),
-        collectives=_csv_list(args.collectives, "--collectives"),
-        sizes=_csv_list(args.sizes, "--sizes"),
-        methods=_csv_list(args.methods, "--methods"),
-        baselines=_csv_list(args.baselines, "--baselines"),
+        collectives=tuple(_collective_name(c) for c in _csv_list(args.collectives, "--collectives")),
+        sizes=_sizes(args),
+        methods=tuple(_method_name(m) for m in _csv_list(args.methods, "--methods")),
+        baselines=tuple(_method_name(b, "baseline") for b in _csv_list(args.baselines, "--baselines")),
         chunks=args.chunks,
         time_limit=args.time_limit,
         workers=args.workers,
@@ -57,18 +126,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _take_interrupt()
         print(f"ccplan: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"{'collective':<14} {'size':>8} {'method':<10} {'time us':>10} {'bound us':>10} {'gap':>6}  xml")
-    for b in result.best:
-        if "method" not in b:
-            print(f"{b['collective']:<14} {b['size']:>8} {'-':<10} {b.get('error', '')}")
-            continue
-        xml = str(Path(args.out) / b["xml"]) if b["xml"] else "not exportable (see report)"
-        print(
-            f"{b['collective']:<14} {b['size']:>8} {b['method']:<10} {_fmt(b['makespan_us']):>10} "
-            f"{_fmt(b['lower_bound_us']):>10} {_fmt(b['gap'], '.1%'):>6}  {xml}"
-        )
+    failed = _no_schedule_line(result)
+    # the exit code is decided before printing, so a broken pipe keeps it
+    code = _set_status(args, EXIT_OK if failed is None else EXIT_NO_SCHEDULE)
+    _print_tables(request, result)
+    out = Path(args.out)
+    files = len(result.xml_files)
+    xml = f"{out / 'xml'} ({files} file{'' if files == 1 else 's'})"
+    print(f"# xml -> {xml}; every cell -> {out / 'plan.csv'}")
     print(f"report -> {result.report}")
-    return EXIT_OK
+    if failed is not None:
+        print(one_line(failed), file=sys.stderr)
+    return code
+
+
+_STEP = f"an integer in 2..{MAX_INDEX}"
+_step_factor = _arg_type(int, _STEP, lambda v: 2 <= v <= MAX_INDEX, _STEP)
 
 
 def _add_plan(p: argparse.ArgumentParser) -> None:
@@ -80,7 +153,24 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--collectives", default="allgather,allreduce", help="comma-separated (default allgather,allreduce)"
     )
-    p.add_argument("--sizes", default="1MB,64MB", help="comma-separated output sizes (default 1MB,64MB)")
+    p.add_argument(
+        "--sizes",
+        help=f"comma-separated output sizes (default {DEFAULT_SIZES}): 64KB, 1MB (decimal), 128M, 1G "
+        "(binary, as nccl-tests) or 1GiB; the files and tables name each as written",
+    )
+    p.add_argument(
+        "-b", "--min-bytes", metavar="SIZE", help="smallest size of a series, as nccl-tests' -b (e.g. 1K)"
+    )
+    p.add_argument(
+        "-e", "--max-bytes", metavar="SIZE", help="largest size of a series, as nccl-tests' -e (e.g. 1G)"
+    )
+    p.add_argument(
+        "-f",
+        "--step-factor",
+        type=_step_factor,
+        metavar="F",
+        help="multiply the size by F (an integer >= 2, default 2) from -b up to -e, as nccl-tests' -f",
+    )
     p.add_argument(
         "--methods", default="heuristic,milp", help="candidates for the best (default heuristic,milp)"
     )

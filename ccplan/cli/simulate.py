@@ -7,6 +7,7 @@ import argparse
 
 from ccplan.cli.args import _nonneg_float
 from ccplan.cli.output import EXIT_OK, _fmt
+from ccplan.parsing import plain_number
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -16,9 +17,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     instance, schedule = load_schedule(args.schedule)
     sim = simulate(instance, schedule, reduce_cost_us_per_byte=args.reduce_cost)
     print(f"instance    {instance.describe()}")
-    print(f"completion  {sim.completion_us:.6g} us (alpha-beta, continuous time)")
+    print(f"completion  {plain_number(sim.completion_us, 6)} us (alpha-beta, continuous time)")
     if sim.slotted_us is not None:
-        print(f"slotted     {sim.slotted_us:.6g} us (makespan * tau; rounding {sim.rounding_us:+.6g} us)")
+        diff = sim.rounding_us or 0.0
+        rounding = f"{'+' if diff >= 0 else ''}{plain_number(diff, 6)}"
+        print(f"slotted     {plain_number(sim.slotted_us, 6)} us (makespan * tau; rounding {rounding} us)")
     print(f"algbw       {_fmt(sim.algbw_GBps)} GB/s")
     return EXIT_OK
 

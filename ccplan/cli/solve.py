@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 from ccplan.cli.args import (
     _add_instance_args,
     _instance,
+    _method_name,
     _positive_float,
     _positive_int,
     _seed_int,
+    _size_line,
     switch_model_of,
 )
 from ccplan.cli.output import EXIT_INTERRUPTED, EXIT_NO_SCHEDULE, EXIT_OK, EXIT_VIOLATION, _fmt, _saved_line
@@ -105,8 +107,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from ccplan.pipeline.solve import solve
 
     outputs = _solve_outputs(args)  # bad output paths fail before any work starts
+    args.method = _method_name(args.method)  # an unknown method fails before any work starts
     instance = _instance(args, 1 if args.chunks == "auto" else None)
-    get_engine(args.method)  # an unknown method fails before any work starts
+    get_engine(args.method)
     from ccplan import limits
 
     limits.clear_incumbent()
@@ -135,6 +138,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if not args.quiet:
         what = instance.describe() + (" (--chunks auto: C = 1, 2, 4, ...)" if args.chunks == "auto" else "")
         print(f"solving {what} with {args.method} ...", file=sys.stderr, flush=True)
+        if args.size is None:
+            print(f"note: size {_size_line(args)}", file=sys.stderr, flush=True)
     try:
         try:
             if args.chunks == "auto":
@@ -163,6 +168,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     else:
         rows = [
             ("instance", data["instance"]),
+            ("size", _size_line(args)),
             ("method", data["method"]),
             ("status", f"{data['status']} (slot model: C = {data['chunks']}, "
                        f"{data['switch_model']} switches, {switch_model_of(args, instance.topology)[1]})"),

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ccplan.errors import CCPlanError
-from ccplan.parsing import parse_size
+from ccplan.parsing import parse_size, plain_number
 
 if TYPE_CHECKING:
     from ccplan.instances.instance import Instance
@@ -68,6 +68,8 @@ def _num(value: Any, spec: str = ".4g") -> str:
         return "-"
     if isinstance(value, float) and not math.isfinite(value):
         return "-"
+    if spec == ".4g":
+        return plain_number(value)  # 21475, never 2.147e+04
     return format(value, spec)
 
 
