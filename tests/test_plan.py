@@ -115,7 +115,9 @@ def test_plan_imported_pcie_box_two_processes(tmp_path: Path) -> None:
     )
     res = run_plan(req, tmp_path / "p", processes=2, plots=False)
     _check_plan_dir(tmp_path / "p", expected_cells=1)
-    assert len(res.xml_files) == 1
+    # one cell, both buffer modes: the in-place file and the out-of-place one
+    assert sorted(p.name for p in res.xml_files) == ["allgather_64KB.xml", "allgather_64KB_op.xml"]
+    assert all(p.is_file() for p in res.xml_files)
 
 
 def test_plan_on_dask(tmp_path: Path) -> None:
