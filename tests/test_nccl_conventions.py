@@ -206,6 +206,7 @@ def test_busbw_factors_of_every_plan_collective(tmp_path: Path, collective: str,
     time_us, algbw = float(row["time_us"]), float(row["algbw_GBps"])
     assert algbw == pytest.approx(64_000 / (time_us * 1e3))
     assert float(row["busbw_GBps"]) == pytest.approx(algbw * factor)
+    assert row["switch_model"] == "store-and-forward"  # the built-in's paper default, named
 
 
 def test_table_lines_by_hand() -> None:
