@@ -215,6 +215,7 @@ for _name, _module in {
         name: "ccplan.heuristics.baselines"
         for name in (
             "ring",
+            "ring-1",
             "tree",
             "double-binary-tree",
             "recursive-doubling",

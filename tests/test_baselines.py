@@ -47,7 +47,7 @@ def test_ring_allreduce_on_4_gpus_takes_2_n_minus_1_steps():
     no link ever carries two chunks in a slot (each GPU sends one shard per step)."""
     topo = ring(4, alpha_us=0.0)
     inst = make_instance(topo, allreduce(topo), "1MB")
-    res = solve(inst, "ring")
+    res = solve(inst, "ring-1")
     assert res.verified and res.schedule is not None
     assert res.makespan_slots == 2 * (4 - 1)
     # 2(N-1) steps of N sends each.
@@ -66,7 +66,7 @@ def test_ring_simulation_matches_closed_form(n):
              ("allreduce", bl.ring_allreduce_cost)]
     for kind, formula in cases:
         inst = make_instance(topo, _coll(kind, topo), M)
-        res = solve(inst, "ring")
+        res = solve(inst, "ring-1")
         assert res.verified and res.schedule is not None
         expected = formula(n, M, ALPHA, BETA)
         assert simulate(inst, res.schedule).completion_us == pytest.approx(expected, rel=1e-9)
@@ -170,21 +170,13 @@ def test_single_port_and_outages_are_respected():
     assert not any(s.src == 0 and s.dst == 1 and s.slot == 0 for s in res.schedule.sends)
 
 
-def test_reduce_chain_and_double_binary_trees_shape():
-    """NCCL's two trees on 8 ranks. Positions 1..8, parent of p = p -+ lowbit(p) (the one with
-    the next bit set), the root is position 8 (as NCCL's rank 0 it has a single child, 4).
-    Tree 1 holds rank p-1 at position p: 0->1, 2->1, 4->5, 6->5, 1->3, 5->3, 3->7, root 7;
-    interior ranks {1, 3, 5, 7}. Tree 2 holds rank p mod 8: interior {0, 2, 4, 6}: disjoint,
-    so every rank forwards in one tree only."""
-    t1, t2 = bl.double_binary_trees(8)
-    assert t1 == {0: 1, 2: 1, 4: 5, 6: 5, 1: 3, 5: 3, 3: 7, 7: None}
-    assert t2 == {1: 2, 3: 2, 5: 6, 7: 6, 2: 4, 6: 4, 4: 0, 0: None}
-    inner1 = {p for p in t1.values() if p is not None}
-    inner2 = {p for p in t2.values() if p is not None}
-    assert inner1 == {1, 3, 5, 7} and inner2 == {0, 2, 4, 6}
+def test_reduce_chain_on_the_single_and_the_nccl_style_ring():
+    """A Reduce chain to root 2 on 5 fully connected GPUs verifies with one ring and with the
+    NCCL-style channels (NCCL's double binary tree shape: tests/test_baselines_nccl.py)."""
     topo = fully_connected(5)
-    res = solve(make_instance(topo, reduce(topo, 3, root=2), "1MB"), "ring")
-    assert res.verified
+    for method in ("ring-1", "ring"):
+        res = solve(make_instance(topo, reduce(topo, 3, root=2), "1MB"), method)
+        assert res.verified
 
 
 def test_ring_order_and_groups_on_real_topologies():

@@ -46,7 +46,11 @@ COMMANDS: dict[str, Command] = {
     "bounds": Command("lower bounds (and the heuristic upper bound)", _add_bounds, cmd_bounds),
     "simulate": Command("replay a schedule in continuous alpha-beta time", _add_simulate, cmd_simulate),
     "export": Command("export a schedule (MSCCL XML, JSON, pictures)", _add_export, cmd_export),
-    "validate-xml": Command("check MSCCL XML files, or a directory's size ranges (exit 1 on error)", _add_validate_xml, cmd_validate_xml),
+    "validate-xml": Command(
+        "check MSCCL XML files, or a directory's size ranges (exit 1 on error)",
+        _add_validate_xml,
+        cmd_validate_xml,
+    ),
     "plot-progress": Command("plot a solver progress CSV", _add_plot_progress, cmd_plot_progress),
     "sweep": Command(
         "run or resume a grid of solves (resumable; --dask for a cluster)", _add_sweep, cmd_sweep

@@ -217,7 +217,8 @@ def bandwidth_figure(
     fig, ax = plt.subplots(figsize=(8.0, 4.6))
     for (method, pts), style in zip(series, series_styles(len(series)), strict=True):
         role = next((r.get("role") for r in rows if r.get("method") == method), None)
-        label = f"{method} (baseline)" if role == "baseline" else method
+        named = next((r.get("label") for r in rows if r.get("method") == method and r.get("label")), method)
+        label = f"{named} (baseline)" if role == "baseline" else method
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, **style)
     mine = [b for b in best if b.get("collective") == collective]
     for key, label, style in (
@@ -330,11 +331,20 @@ def _schedule_pictures(instance: Instance, schedule: Schedule) -> list[tuple[str
 # ============================================================================ the page
 
 
+def _label(baseline: str, best: Sequence[Mapping[str, Any]]) -> str:
+    """A baseline as its runs named it (``label``: "NCCL-style ring (6 channels)"), else its method."""
+    for b in best:
+        label = ((b.get("baselines") or {}).get(baseline) or {}).get("label")
+        if label:
+            return str(label)
+    return baseline
+
+
 def _best_table(best: Sequence[Mapping[str, Any]], baselines: Sequence[str], chunks: Any) -> list[str]:
     headers = [
         "size", "C", "switch model", "method", "status", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
         "bound (us)", "gap", "physical bound (us)", "physical gap",
-        *[f"{b} (us)" for b in baselines], "XML",
+        *[f"{_label(b, best)} (us)" for b in baselines], "XML",
     ]  # fmt: skip
     rows = []
     for b in best:

@@ -71,7 +71,7 @@ from ccplan.schedule.verify import verify
 
 log = logging.getLogger(__name__)
 
-SAFETY_NET = "ring"
+SAFETY_NET = "ring-1"
 """Baseline run first under a hard time limit, so that a schedule exists early."""
 
 RESTART_SHARE = 0.3

@@ -71,7 +71,7 @@ from ccplan.schedule.verify import verify
 log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
-    {"ring", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
+    {"ring", "ring-1", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
      "hierarchical", "multitree", "exact-combining", "cluster-allreduce"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""

@@ -29,7 +29,8 @@ size (bytes) and ``n`` the number of GPUs.
 
 The package, by responsibility: :mod:`~ccplan.heuristics.baselines.costs` (the closed-form
 costs), :mod:`~ccplan.heuristics.baselines.placer` (the :class:`Placer`),
-:mod:`~ccplan.heuristics.baselines.rings` (ring order and ring/chain),
+:mod:`~ccplan.heuristics.baselines.channels` (NCCL-style ring channels),
+:mod:`~ccplan.heuristics.baselines.rings` (ring order, NCCL-style rings and the single ring),
 :mod:`~ccplan.heuristics.baselines.trees` (binomial and double binary trees),
 :mod:`~ccplan.heuristics.baselines.doubling` (recursive doubling / halving),
 :mod:`~ccplan.heuristics.baselines.hierarchical` (two-level rings, pairwise),
@@ -37,6 +38,7 @@ costs), :mod:`~ccplan.heuristics.baselines.placer` (the :class:`Placer`),
 :mod:`~ccplan.heuristics.baselines.registry` (the registered engines).
 """
 
+from ccplan.heuristics.baselines.channels import Channels, find_channels
 from ccplan.heuristics.baselines.costs import (
     binomial_broadcast_cost,
     binomial_reduce_cost,
@@ -57,8 +59,8 @@ from ccplan.heuristics.baselines.doubling import (
 from ccplan.heuristics.baselines.hierarchical import hierarchical_schedule, infer_groups, pairwise_schedule
 from ccplan.heuristics.baselines.placer import HOP_KINDS, Placer
 from ccplan.heuristics.baselines.registry import BASELINES, Builder
-from ccplan.heuristics.baselines.rings import ring_order, ring_schedule
-from ccplan.heuristics.baselines.supported import SUPPORTED, supports
+from ccplan.heuristics.baselines.rings import ring1_schedule, ring_order, ring_schedule
+from ccplan.heuristics.baselines.supported import SUPPORTED, baseline_label, supports
 from ccplan.heuristics.baselines.trees import (
     double_binary_tree_schedule,
     double_binary_trees,
@@ -70,13 +72,16 @@ __all__ = [
     "HOP_KINDS",
     "SUPPORTED",
     "Builder",
+    "Channels",
     "Placer",
+    "baseline_label",
     "binomial_broadcast_cost",
     "binomial_reduce_cost",
     "chain_broadcast_cost",
     "double_binary_tree_allreduce_cost",
     "double_binary_tree_schedule",
     "double_binary_trees",
+    "find_channels",
     "hierarchical_allreduce_cost",
     "hierarchical_schedule",
     "infer_groups",
@@ -85,6 +90,7 @@ __all__ = [
     "recursive_doubling_schedule",
     "recursive_halving_doubling_allreduce_cost",
     "recursive_halving_doubling_schedule",
+    "ring1_schedule",
     "ring_allgather_cost",
     "ring_allreduce_cost",
     "ring_order",

@@ -17,6 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from itertools import pairwise
+from typing import Any
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
@@ -27,6 +28,10 @@ from ccplan.schedule.core import Schedule, Send
 
 _DEADLINE: ContextVar[Deadline] = ContextVar("ccplan_baseline_deadline", default=NEVER)
 """The running baseline engine's deadline (set by its registered engine, read per hop)."""
+
+_DETAILS: ContextVar[dict[str, Any] | None] = ContextVar("ccplan_baseline_details", default=None)
+"""The running baseline engine's details (set by its registered engine; a builder adds what it
+chose, e.g. the ring channels)."""
 
 HOP_KINDS: tuple[str, ...] = ("full", "partial", "exchange")
 

@@ -4,6 +4,7 @@ under the engine's time limit (the placer checks the deadline once per hop)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ccplan.contract import Outcome, SolveOptions, register
 from ccplan.heuristics.baselines.doubling import (
@@ -11,8 +12,8 @@ from ccplan.heuristics.baselines.doubling import (
     recursive_halving_doubling_schedule,
 )
 from ccplan.heuristics.baselines.hierarchical import hierarchical_schedule, pairwise_schedule
-from ccplan.heuristics.baselines.placer import _DEADLINE
-from ccplan.heuristics.baselines.rings import ring_schedule
+from ccplan.heuristics.baselines.placer import _DEADLINE, _DETAILS
+from ccplan.heuristics.baselines.rings import ring1_schedule, ring_schedule
 from ccplan.heuristics.baselines.supported import SUPPORTED, _unsupported
 from ccplan.heuristics.baselines.trees import double_binary_tree_schedule, tree_schedule
 from ccplan.instances.instance import Instance
@@ -23,6 +24,7 @@ Builder = Callable[[Instance, SolveOptions], Schedule]
 
 BASELINES: dict[str, Builder] = {
     "ring": ring_schedule,
+    "ring-1": ring1_schedule,
     "tree": tree_schedule,
     "double-binary-tree": double_binary_tree_schedule,
     "recursive-doubling": recursive_doubling_schedule,
@@ -39,6 +41,8 @@ def _make_engine(name: str, builder: Builder) -> Callable[[Instance, SolveOption
         if kind not in SUPPORTED[name]:
             _unsupported(name, kind)
         token = _DEADLINE.set(Deadline.after(options.time_limit))
+        chosen: dict[str, Any] = {}
+        noted = _DETAILS.set(chosen)
         try:
             schedule = builder(instance, options)
         except OutOfTimeError:
@@ -49,7 +53,8 @@ def _make_engine(name: str, builder: Builder) -> Callable[[Instance, SolveOption
             return Outcome(schedule=None, status="unknown", details={"algorithm": name, "interrupted": True})
         finally:
             _DEADLINE.reset(token)
-        return Outcome(schedule=schedule, status="feasible", details={"algorithm": name})
+            _DETAILS.reset(noted)
+        return Outcome(schedule=schedule, status="feasible", details={"algorithm": name, **chosen})
 
     engine.__name__ = f"{name.replace('-', '_')}_engine"
     first = builder.__doc__.splitlines()[0] if builder.__doc__ else ""

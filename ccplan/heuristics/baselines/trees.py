@@ -70,36 +70,37 @@ def tree_schedule(instance: Instance, options: SolveOptions) -> Schedule:
 
 
 # ====================================================================== double binary tree
-def _inorder_parent(pos: int, n: int) -> int | None:
-    """Parent of position ``pos`` (1-based) in the in-order binary tree on ``1..n``.
+def _btree_parent(rank: int, n: int) -> int | None:
+    """Parent of ``rank`` in NCCL's binary tree on ranks ``0 .. n-1`` (``ncclGetBtree``).
 
-    The height of ``pos`` is its number of trailing zeros; the parent is ``pos +- lowbit`` (the
-    one with the next bit set), repeated while it falls beyond ``n``; the root is the largest
-    power of two ``<= n``.
+    Rank 0 is the root, with one child (the largest power of two below ``n``); below it the
+    ranks form an in-order tree: with ``b`` the lowest set bit of ``rank``, the parent is
+    ``(rank ^ b) | 2b``, or ``rank ^ b`` when that falls beyond ``n``.
     """
-    root = 1 << (n.bit_length() - 1)
-    if pos == root:
+    if rank == 0:
         return None
-    p = pos
-    while True:
-        b = p & -p
-        p = p - b if (p // (2 * b)) % 2 == 1 else p + b
-        if p <= n:
-            return p
+    b = rank & -rank
+    up = (rank ^ b) | (b << 1)
+    return up if up < n else rank ^ b
 
 
 def double_binary_trees(n: int) -> tuple[dict[int, int | None], dict[int, int | None]]:
-    """Parent maps (rank -> parent rank) of NCCL's two complementary binary trees.
+    """Parent maps (rank -> parent rank) of NCCL's two complementary binary trees
+    (``ncclGetDtree`` in ``src/graph/trees.cc``).
 
-    Tree 1 puts rank ``r`` at position ``r+1``; tree 2 shifts every rank by one position, so the
-    leaves of one tree (odd positions) are interior nodes of the other.
+    Tree 1 is :func:`_btree_parent`; tree 2 is its mirror ``r -> n-1-r`` when ``n`` is even and
+    its shift by one rank when ``n`` is odd, so the interior ranks of one tree are leaves of the
+    other (every rank forwards in at most one tree, save one with odd ``n``).
     """
-    t1: dict[int, int | None] = {}
+    t1: dict[int, int | None] = {r: _btree_parent(r, n) for r in range(n)}
     t2: dict[int, int | None] = {}
-    for pos in range(1, n + 1):
-        par = _inorder_parent(pos, n)
-        t1[pos - 1] = None if par is None else par - 1
-        t2[pos % n] = None if par is None else par % n
+    for r in range(n):
+        if n % 2 == 0:
+            up = _btree_parent(n - 1 - r, n)
+            t2[r] = None if up is None else n - 1 - up
+        else:
+            up = _btree_parent((r - 1) % n, n)
+            t2[r] = None if up is None else (up + 1) % n
     return t1, t2
 
 
@@ -135,7 +136,11 @@ def _tree_allreduce(
 
 def double_binary_tree_schedule(instance: Instance, options: SolveOptions) -> Schedule:
     """NCCL's double binary tree AllReduce: half the chunks on each tree, reduce up then
-    broadcast down, pipelined by chunk."""
+    broadcast down, pipelined by chunk.
+
+    The trees span all GPUs (ranks in id order), flat: NCCL spans its trees across nodes only,
+    one rank per node, and chains the GPUs inside a node (docs/collectives.md, section 4).
+    """
     coll = instance.collective
     if coll.kind != "allreduce":
         _unsupported("double-binary-tree", coll.kind)
