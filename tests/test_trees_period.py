@@ -124,3 +124,22 @@ def test_amd_one_chassis_allgather_within_one_percent_of_the_limit():
     x, _ = optimal_rate(net, gpus, gpus)
     limit_us = 1e9 / len(gpus) / float(x) * 1e-3
     assert limit_us / res.makespan_us >= 0.99
+
+
+def test_exact_warm_start_takes_the_trees_schedule():
+    """The exact engine's warm-start companions include ``trees`` for a multi-chunk AllGather:
+    with no portfolio schedule yet (ring of 4, C = 8, no chassis, so ``cut-aware`` does not
+    apply), the companion round returns the ``trees`` schedule, which verifies and is at
+    least the slot bound."""
+    import time
+
+    from ccplan.model.exact.warmstart import _companions
+
+    topo = ring(4)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=8), "32MB")
+    schedule, source = _companions(inst, SolveOptions(time_limit=20), time.perf_counter(), None, None, 0)
+    assert source == "trees"
+    assert schedule is not None
+    report = verify(inst, schedule)
+    assert report.ok and report.makespan_slots is not None
+    assert report.makespan_slots >= lower_bound_slots(inst)
