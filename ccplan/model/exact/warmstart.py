@@ -205,12 +205,21 @@ def _has_chassis(instance: Instance) -> bool:
     return has_chassis(instance.topology)
 
 
-WARM_START_COMPANIONS: dict[str, Callable[[Instance], bool]] = {"cut-aware": _has_chassis}
+def _trees_apply(instance: Instance) -> bool:
+    """The ``trees`` engine schedules this instance directly (AllGather / Broadcast) and its
+    pipelining has chunks to work with."""
+    return instance.collective.kind in ("allgather", "broadcast") and instance.collective.chunks > 1
+
+
+WARM_START_COMPANIONS: dict[str, Callable[[Instance], bool]] = {
+    "cut-aware": _has_chassis, "trees": _trees_apply,
+}
 """Engines that run once after the ``heuristic`` portfolio's warm-start rounds, where they
 apply (engine name -> predicate); the best verified schedule is the warm start. The
 portfolio runs ``cut-aware`` only after four other variants, which its progress-budgeted
 rounds do not reach on AMD 4 chassis 1 GB (109 slots after 10 s, where ``cut-aware`` alone
-gives 85 in 3 s)."""
+gives 85 in 3 s). ``trees`` (pipelined tree packing) is near the throughput limit where
+many chunks per GPU follow one another, which the portfolio's first rounds may not reach."""
 
 
 def _companions(

@@ -1,0 +1,183 @@
+r"""Shallow trees at the optimal rate: the second phase of the ``trees`` packing.
+
+The column generation of :func:`~ccplan.heuristics.trees_pack.pack_trees` reaches the optimal
+rate ``x*`` with whatever trees the duals price out, and its Chu-Liu/Edmonds pricing does not
+see depth: a chain and a star of the same links cost the same. Chains are common (on AMD 16 GCDs
+the trees had up to 15 hops, 77 slots of latency from root to the last leaf; on an 8 x 8 torus
+32 hops), and a pipelined schedule pays the latency depth of its deepest tree once as fill
+(the first chunk must reach the last leaf): 1-2 % of a 1 GB AllGather.
+
+This phase keeps the rate and minimises depth. The LP over the trees found so far plus new ones
+
+.. math:: \min \sum_T d_T^2 \, y_T \quad \text{s.t.} \quad \sum_{T \ni e} y_T \le c_e,
+   \quad \sum_{T \text{ of } r} y_T \ge z \;\; \forall r
+
+(``d_T`` the latency depth of ``T``: the longest root-to-leaf sum of link latencies ``L`` in
+slots; squared so that one deep tree costs more than two half as deep) is solved by column
+generation with a heuristic pricing: shortest-path trees from every root under the link costs
+``|pi_e| + mu L_e`` for a few ``mu`` (the capacity duals ``pi`` steer away from full links,
+``mu`` towards shallow paths); a tree enters when its exact reduced cost
+``d_T^2 + sum_{e in T} |pi_e| - sigma_r`` is negative. The phase stops when no candidate prices
+out or at its deadline; the rate ``z`` is the first phase's, so the rate never drops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import dijkstra
+
+from ccplan.heuristics.trees_pack import Network, Packing, Tree
+from ccplan.limits import NEVER, Deadline
+
+log = logging.getLogger(__name__)
+
+# latency weights of the pricing, in units of the mean |pi|
+_MUS = (0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 16.0)
+_RATE_SLACK = 1e-7  # the phase keeps every root's rate within this relative slack of the packing's
+
+
+def depth(tree: Tree, src: Sequence[int], dst: Sequence[int], latency: Sequence[float] | np.ndarray) -> float:
+    """Latency depth of ``tree``: the largest sum of link latencies from its root to a node."""
+    at = {tree.root: 0.0}
+    deepest = 0.0
+    for e in tree.links:
+        d = at[src[e]] + float(latency[e])
+        at[dst[e]] = d
+        deepest = max(deepest, d)
+    return deepest
+
+
+def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tuple[int, ...]:
+    """Links of the shortest-path tree from ``root`` under ``cost``, pruned to the paths that
+    reach terminals, in topological order."""
+    graph = sp.csr_array((cost, (np.asarray(net.src), np.asarray(net.dst))), shape=(net.n, net.n))
+    dist, pred = dijkstra(graph, directed=True, indices=root, return_predecessors=True)
+    order = np.argsort(dist, kind="stable")
+    keep = np.zeros(net.n, dtype=bool)
+    keep[root] = True
+    for v in terminals.tolist():
+        while not keep[v]:
+            keep[v] = True
+            v = int(pred[v])
+    return tuple(net.index[(int(pred[v]), int(v))] for v in order.tolist() if keep[v] and v != root)
+
+
+def shallow_packing(
+    net: Network,
+    packing: Packing,
+    terminals: Sequence[int],
+    latency: Sequence[float],
+    deadline: Deadline = NEVER,
+    max_rounds: int = 40,
+) -> Packing:
+    """The packing's rate with shallower trees (module docstring).
+
+    Parameters
+    ----------
+    net : Network
+        Capacities in chunks per slot.
+    packing : Packing
+        The first phase's result; its trees are the starting columns.
+    terminals : sequence of int
+    latency : sequence of float
+        Link latencies ``L`` in slots (by link position).
+
+    Returns
+    -------
+    Packing
+        Same rate, method ``"<method>+shallow"``; ``packing`` itself when the LP fails or
+        nothing is gained.
+    """
+    import highspy
+
+    start = time.perf_counter()
+    roots = list(packing.trees)
+    if not roots or packing.rate <= 0:
+        return packing
+    z = packing.rate * (1 - _RATE_SLACK)
+    cap = np.array([float(c) for c in net.cap])
+    lat = np.asarray(latency, dtype=float)
+    term = np.asarray(sorted(terminals), dtype=np.int64)
+    row_of = {r: i for i, r in enumerate(roots)}
+    nr = len(roots)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("presolve", "off")  # keep the basis: each round adds columns only
+    h.setOptionValue("simplex_strategy", 4)  # primal: added columns keep the basis primal feasible
+    inf = highspy.kHighsInf
+    lower = np.concatenate([np.full(nr, z), np.full(net.num_links, -inf)])
+    upper = np.concatenate([np.full(nr, inf), cap])
+    h.addRows(nr + net.num_links, lower, upper, 0, np.zeros(1, dtype=np.int32),
+              np.zeros(0, dtype=np.int32), np.zeros(0))
+    columns: list[Tree] = []
+    costs: list[float] = []
+    seen: set[tuple[int, tuple[int, ...]]] = set()
+
+    def add(tree: Tree) -> bool:
+        key = (tree.root, tuple(sorted(tree.links)))
+        if key in seen:
+            return False
+        seen.add(key)
+        d = depth(tree, net.src, net.dst, lat)
+        idx = np.array([row_of[tree.root]] + [nr + e for e in tree.links], dtype=np.int32)
+        h.addCol(d * d, 0.0, inf, len(idx), idx, np.ones(len(idx)))
+        columns.append(Tree(tree.root, tree.links))
+        costs.append(d * d)
+        return True
+
+    for r in roots:
+        for t in packing.trees[r]:
+            add(t)
+    before = sum(t.weight * depth(t, net.src, net.dst, lat) ** 2 for r in roots for t in packing.trees[r])
+    before = float(before)
+    h.changeObjectiveSense(highspy.ObjSense.kMinimize)
+    rounds = 0
+    weights = np.zeros(0)
+    while True:
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            log.info("trees: the shallow phase's LP ended %s; the first packing stays", h.getModelStatus())
+            return packing
+        sol = h.getSolution()
+        weights = np.asarray(sol.col_value)
+        duals = np.asarray(sol.row_dual)
+        sigma = np.maximum(duals[:nr], 0.0)
+        pi = np.abs(np.minimum(duals[nr:], 0.0))
+        rounds += 1
+        if rounds > max_rounds or deadline.expired:
+            break
+        scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
+        added = 0
+        for r in roots:
+            for mu in _MUS:
+                links = _spt(net, r, pi + mu * scale * lat + 1e-9, term)
+                tree = Tree(r, links)
+                d = depth(tree, net.src, net.dst, lat)
+                if d * d + float(pi[list(links)].sum()) < sigma[row_of[r]] - 1e-9 and add(tree):
+                    added += 1
+            if deadline.expired:
+                break
+        if not added:
+            break
+    trees: dict[int, list[Tree]] = {r: [] for r in roots}
+    for t, y in zip(columns, weights.tolist(), strict=True):
+        if y > 1e-12:
+            trees[t.root].append(Tree(t.root, t.links, y))
+    if any(not trees[r] for r in roots):
+        return packing
+    after = float(np.dot(weights, costs))
+    rates = [sum(t.weight for t in trees[r]) for r in roots]
+    log.info(
+        "trees: shallow phase, %d rounds, %d columns, mean squared depth %.4g -> %.4g (%.2f s)",
+        rounds, len(columns), before / max(packing.rate, 1e-300), after / max(packing.rate, 1e-300),
+        time.perf_counter() - start,
+    )
+    return Packing(
+        trees, min(rates), packing.optimal, f"{packing.method}+shallow", packing.iterations + rounds,
+        packing.seconds + time.perf_counter() - start,
+    )
