@@ -336,3 +336,23 @@ def test_a_crashing_variant_does_not_end_the_portfolio(monkeypatch):
     assert best is not None and verify(inst, best.schedule).ok
     assert best.makespan >= lower_bound_slots(inst)
     assert any(label.startswith("layered") for label in facts["failed_variants"])
+
+
+def test_portfolio_runs_the_nccl_rings_when_it_has_not_reached_the_bound():  # type: ignore[no-untyped-def]
+    """DGX-1 AllGather, C = 2 per GPU at 64 KB: no stage reaches the lower bound (latency
+    dominates), so the portfolio also runs NCCL's rings (the ``ring`` baseline, 6 channels on
+    a DGX-1) as a candidate: its makespan in the portfolio is the one the ``ring`` engine
+    gives on its own, and the portfolio's answer is never worse than it."""
+    from ccplan.contract import SolveOptions
+    from ccplan.instances import make_collective, make_instance
+    from ccplan.instances.builtin import dgx1
+    from ccplan.pipeline.solve import solve
+
+    topo = dgx1()
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=2), "64KB")
+    result = solve(inst, "heuristic", SolveOptions(time_limit=3))
+    ring = solve(inst, "ring", SolveOptions(time_limit=3))
+    assert result.verified and ring.verified
+    assert result.makespan_slots > result.lower_bound_slots  # the stage was reached
+    assert result.details["variants"]["ring"] == ring.makespan_slots
+    assert result.makespan_slots <= ring.makespan_slots

@@ -74,6 +74,10 @@ log = logging.getLogger(__name__)
 SAFETY_NET = "ring-1"
 """Baseline run first under a hard time limit, so that a schedule exists early."""
 
+NCCL_RING = "ring"
+"""NCCL's multi-channel rings (:mod:`ccplan.heuristics.baselines.channels`), a portfolio stage
+when each GPU has several chunks."""
+
 RESTART_SHARE = 0.3
 """Share of the budget for random-order restarts; rip-up-and-reroute gets the rest."""
 
@@ -217,6 +221,29 @@ def heuristic_search(
         if multi_chunk and instance.collective.kind in KINDS:
             consider("trees", lambda: trees_schedule(instance, stage_deadline()))
 
+    def nccl_rings() -> None:
+        # NCCL's rings split the data over k channels: with C a multiple of k (or many chunks)
+        # they fill every link the search kept, which the tree heuristics can miss by a slot.
+        from ccplan.contract import registered
+        from ccplan.heuristics.baselines import supports
+
+        if not multi_chunk or not supports(NCCL_RING, instance.collective.kind):
+            return
+        left = stage_deadline().remaining()
+        if left <= 0:
+            return
+
+        try:
+            out = registered(NCCL_RING)(instance, SolveOptions(time_limit=left))
+        except (CCPlanError, RecursionError) as exc:  # no ring through this topology
+            log.debug("heuristic: no %s stage: %s", NCCL_RING, exc)
+            return
+        if out.schedule is None:
+            timed_out.append(NCCL_RING)
+            return
+        schedule = out.schedule
+        consider(NCCL_RING, lambda: schedule)
+
     def done() -> bool:
         return best is not None and best.makespan <= bound
 
@@ -263,6 +290,8 @@ def heuristic_search(
                 layered(step)
         if not done() and not hard.expired:
             trees()
+        if not done() and not hard.expired:
+            nccl_rings()
         if effort == "quick" or best is None or done() or hard.expired:
             return
         improve()
