@@ -102,6 +102,9 @@ class PlanRequest:
         Root of rooted collectives.
     tau_rule, alpha_threshold
         Slotting, as ``ccplan solve``.
+    switch_reduce : bool
+        Switches add partial sums themselves (``--switch-reduce``; MSCCL XML cannot express a
+        schedule that uses it, so such a cell gets no XML).
     """
 
     topology: Topology
@@ -115,6 +118,7 @@ class PlanRequest:
     root: int | None = None
     tau_rule: str = "fastest"
     alpha_threshold: float = 0.1
+    switch_reduce: bool = False
 
     def __post_init__(self) -> None:
         from ccplan.instances import make_collective, make_instance
@@ -175,6 +179,7 @@ class PlanRequest:
                         size,
                         tau_rule=self.tau_rule,
                         alpha_threshold=self.alpha_threshold,
+                        switch_reduce=self.switch_reduce,
                     )
                 except ValidationError as exc:
                     raise ValidationError(f"plan: {coll} at size {size}: {exc}") from None
@@ -226,6 +231,7 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
                 payload["size"],
                 tau_rule=payload["tau_rule"],
                 alpha_threshold=payload["alpha_threshold"],
+                switch_reduce=bool(payload.get("switch_reduce", False)),
             )
 
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
@@ -304,6 +310,7 @@ def _payloads(request: PlanRequest) -> list[dict[str, Any]]:
                         "workers": request.workers,
                         "tau_rule": request.tau_rule,
                         "alpha_threshold": request.alpha_threshold,
+                        "switch_reduce": request.switch_reduce,
                     }
                 )
     return out

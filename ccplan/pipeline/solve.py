@@ -162,6 +162,7 @@ class Result:
             "num_sends": None if self.schedule is None else len(self.schedule),
             "chunks": inst.collective.chunks,
             "switch_model": inst.switch_model,
+            "reducing_switches": sorted(inst.reducing_switches),
             "physical_bound_us": self.physical_bound_us,
             "physical_gap": self.physical_gap,
             "physical_binding": None if self.physical is None else self.physical.binding,
