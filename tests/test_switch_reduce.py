@@ -205,7 +205,9 @@ def test_exact_combining_star3_reduce_optimum_with_and_without_switch_reduction(
     [("allreduce", 1, "fastest"), ("allreduce", 2, "fastest"), ("reducescatter", 1, "fastest"),
      ("reducescatter", 2, "slowest"), ("reduce", 3, "fastest")],
 )
-def test_physical_bound_below_exact_optima_without_switch_reduction(kind: str, chunks: int, tau_rule: str) -> None:
+def test_physical_bound_below_exact_optima_without_switch_reduction(
+    kind: str, chunks: int, tau_rule: str
+) -> None:
     """On a 3-GPU star (switch cannot reduce, unequal links so tau matters), the physical
     bound of the instance's own capability is at most the exact slot optimum in microseconds
     (the exact optimum is certified; without a certificate the model's proven bound, itself

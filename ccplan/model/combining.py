@@ -223,10 +223,10 @@ def build_combining_model(instance: Instance, horizon: int, deadline: Deadline =
                 return pyo.Constraint.Skip
             return landing(m, c, v, t) <= 1
 
-        m.buffer_keep = pyo.Constraint(
-            buffer_index,
-            rule=timed(lambda m, c, p, v, t: m.g[c, p, v, t] <= m.g[c, p, v, t - 1] + arriving_f(m, c, p, v, t)),
-        )
+        def buffer_keep(m: Any, c: int, p: int, v: int, t: int) -> Any:
+            return m.g[c, p, v, t] <= m.g[c, p, v, t - 1] + arriving_f(m, c, p, v, t)
+
+        m.buffer_keep = pyo.Constraint(buffer_index, rule=timed(buffer_keep))
         m.buffer_take = pyo.Constraint(
             buffer_index,
             rule=timed(

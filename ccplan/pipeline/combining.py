@@ -264,6 +264,7 @@ def _reversed_phase(
     failure = ""
 
     def consider(tree: Schedule) -> None:
+        nonlocal failure
         # a sum in a switch that cannot reduce is relayed: to the switch's successor (star)
         # or from sender to sender (chain); both are tried
         for chain in (False, True):
@@ -416,7 +417,8 @@ def _replace(instance: Instance, schedule: Schedule, key: Callable[[Send], Any])
     in a switch at a time (:func:`ccplan.schedule.relays.place_relays`)."""
     relays = chained_relays(instance, schedule)
     if relays is not None:
-        return place_relays(instance, relays, lambda r: key(r.hops[0]), method=schedule.method)
+        relays.sort(key=lambda r: key(r.hops[0]))
+        return place_relays(instance, relays, method=schedule.method)
     topo = instance.topology
     occ = [int(x) for x in instance.occupancy]
     lat = [int(x) for x in instance.latency]

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import pairwise
 
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
@@ -105,7 +105,7 @@ def tree_relays(
     if chain:
         for group in feeders.values():
             group.sort(key=lambda x: (x.slot, x.src))
-            for a, b in zip(group, group[1:]):
+            for a, b in pairwise(group):
                 if topo.has_link(a.dst, b.src):
                     following[a] = b.src
     relays: list[Relay] = []
@@ -213,12 +213,11 @@ class _Links:
 def place_relays(
     instance: Instance,
     relays: Sequence[Relay],
-    key: Callable[[Relay], Any],
     method: str = "",
     inputs: Mapping[Relay, Sequence[Relay]] | None = None,
 ) -> Schedule:
     """Place ``relays`` (module docstring): among those whose inputs are placed, the first in
-    ``key`` order, until all are.
+    the order given, until all are.
 
     A relay starts after its ``inputs`` arrived; by default they are the relays of its chunk
     that ended at its sender no later than its own first hop, in their original slots. Each
@@ -250,7 +249,7 @@ def place_relays(
     for r in relays:
         for d in inputs[r]:
             feeds[d].append(r)
-    order = {r: i for i, r in enumerate(sorted(relays, key=key))}
+    order = {r: i for i, r in enumerate(relays)}
     ready = [(order[r], r) for r in relays if not waiting[r]]
     heapq.heapify(ready)
     arrived: dict[Relay, int] = {}
@@ -307,10 +306,5 @@ def unfold_switch_sums(instance: Instance, schedule: Schedule, chain: bool = Fal
     if found is None:
         return None
     relays, inputs = found
-    return place_relays(
-        instance,
-        relays,
-        lambda r: (r.hops[0].slot, r.chunk, r.src, r.dst),
-        method=schedule.method,
-        inputs=inputs,
-    )
+    relays.sort(key=lambda r: (r.hops[0].slot, r.chunk, r.src, r.dst))
+    return place_relays(instance, relays, method=schedule.method, inputs=inputs)
