@@ -96,6 +96,9 @@ class PlanRequest:
         Root of rooted collectives.
     tau_rule, alpha_threshold
         Slotting, as ``ccplan solve``.
+    switch_reduce : bool
+        Switches add partial sums themselves (``--switch-reduce``; MSCCL XML cannot express a
+        schedule that uses it, so such a cell gets no XML).
     """
 
     topology: Topology
@@ -109,6 +112,7 @@ class PlanRequest:
     root: int | None = None
     tau_rule: str = "fastest"
     alpha_threshold: float = 0.1
+    switch_reduce: bool = False
 
     def __post_init__(self) -> None:
         from ccplan.instances import make_collective, make_instance
@@ -175,6 +179,7 @@ class PlanRequest:
                         size,
                         tau_rule=self.tau_rule,
                         alpha_threshold=self.alpha_threshold,
+                        switch_reduce=self.switch_reduce,
                     )
                 except ValidationError as exc:
                     raise ValidationError(f"plan: {coll} at size {size}: {exc}") from None
@@ -228,6 +233,7 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
                 alpha_threshold=payload["alpha_threshold"],
                 # what the machine does, as its topology states (built-ins: the paper's default)
                 switch_model=topo.switch_model or "store-and-forward",
+                switch_reduce=bool(payload.get("switch_reduce", False)),
             )
 
         options = SolveOptions(time_limit=payload["time_limit"], workers=payload["workers"], seed=0)
@@ -310,6 +316,7 @@ def _payloads(request: PlanRequest) -> list[dict[str, Any]]:
                         "workers": request.workers,
                         "tau_rule": request.tau_rule,
                         "alpha_threshold": request.alpha_threshold,
+                        "switch_reduce": request.switch_reduce,
                     }
                 )
     return out

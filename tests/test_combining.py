@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -162,17 +163,19 @@ def test_copy_of_complete_set_and_copy_into_dead_buffer_are_valid():
 
 def test_verifier_capacity_causality_and_switch_reduce_option():
     """Star of 2 GPUs through switch 2: the switch sends before it holds anything (causality);
-    two sends on link 0->2 in one slot exceed omega = 1; with switch_reduce=False, two partial
-    sums meeting in the switch are reported."""
+    two sends on link 0->2 in one slot exceed omega = 1. Star of 3 through switch 3: GPUs 1
+    and 2 send their parts into the switch in slot 0 and it forwards their sum: an in-switch
+    reduction, a ``switch-reduce`` violation by default and accepted with switch_reduce."""
     topo = star_switch(2, alpha_us=0.0)
     inst = _inst(topo, reduce(topo, root=0))
     rep = verify(inst, Schedule((Send(0, (0, 0), 2, 0, True),)))
     assert any(v.kind == "causality" and v.link == (2, 0) and v.slot == 0 for v in rep.violations)
     inst3 = _inst(star_switch(3, alpha_us=0.0), reduce(star_switch(3, alpha_us=0.0), root=0))
     sched = Schedule((Send(0, (0, 0), 1, 3, True), Send(0, (0, 0), 2, 3, True), Send(1, (0, 0), 3, 0, True)))
-    assert verify(inst3, sched).ok
-    strict = verify_combining(inst3, sched, switch_reduce=False)
+    strict = verify_combining(inst3, sched)
     assert [v.kind for v in strict.violations] == ["switch-reduce"]
+    assert "switch 3" in strict.violations[0].message
+    assert verify(replace(inst3, switch_reduce=True), sched).ok
     cap = Schedule((Send(0, (0, 0), 1, 3, True), Send(0, (0, 0), 1, 3, True)))
     assert any(v.kind == "capacity" for v in verify(inst3, cap).violations)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -336,28 +337,45 @@ def test_dropping_a_dependency_is_a_race() -> None:
     assert any(e.kind == "race" and e.gpu == 0 and "o[0]" in e.message for e in report.errors)
 
 
-def test_in_network_reduction_becomes_one_transfer_per_part() -> None:
-    """Reduce to GPU 0 on a 3-GPU star: GPUs 1 and 2 send their contributions to the switch
-    (slot 0), which forwards the sum to GPU 0 (slot 1). MSCCL cannot add in a switch, so the
-    export sends both parts 1->0 and 2->0 through it and GPU 0 reduces each (two rrc steps)."""
+def test_in_network_reduction_is_refused_and_relays_export() -> None:
+    """Reduce to GPU 0 on a 3-GPU star. In-switch: GPUs 1 and 2 send their contributions to the
+    switch (slot 0), which forwards the sum to GPU 0 (slot 1): valid only where the switch may
+    reduce (``switch_reduce``), and refused by the export in one line, since MSCCL cannot add in
+    a switch. Relayed: 1's part passes the switch to 0 (slots 0, 1), then 2's (slots 1, 2; it
+    lands after the switch sent 1's on): two transfers 1->0 and 2->0, each reduced at GPU 0
+    (two rrc steps)."""
     topo = star(3)
     coll = Collective(
         "reduce", 1, (((0, 0), (0, 1, 2)),), (((0, 0), (0,)),), pieces=1, root=0, combining=True
     )
     inst = make_instance(topo, coll, "1MB")
-    schedule = Schedule(
+    in_switch = Schedule(
         (
             Send(0, (0, 0), 1, 3, reduce=True),
             Send(0, (0, 0), 2, 3, reduce=True),
             Send(1, (0, 0), 3, 0, reduce=True),
         )
     )
-    _verify_combining(inst, schedule)
-    assert [(t.src, t.dst, t.reduce) for t in logical_transfers(inst, schedule)] == [
+    assert [v.kind for v in verify(inst, in_switch).violations] == ["switch-reduce"]
+    reducing = replace(inst, switch_reduce=True)
+    _verify_combining(reducing, in_switch)
+    with pytest.raises(ValidationError, match="cannot reduce in a switch") as refused:
+        to_msccl_xml(reducing, in_switch)
+    assert "\n" not in str(refused.value)
+    relayed = Schedule(
+        (
+            Send(0, (0, 0), 1, 3, reduce=False),
+            Send(1, (0, 0), 3, 0, reduce=True),
+            Send(1, (0, 0), 2, 3, reduce=False),
+            Send(2, (0, 0), 3, 0, reduce=True),
+        )
+    )
+    _verify_combining(inst, relayed)
+    assert [(t.src, t.dst, t.reduce) for t in logical_transfers(inst, relayed)] == [
         (1, 0, True),
         (2, 0, True),
     ]
-    text = to_msccl_xml(inst, schedule)
+    text = to_msccl_xml(inst, relayed)
     report = validate_xml(text, expect=inst)
     assert report.ok, [str(e) for e in report.errors[:5]]
     gpu0 = ET.fromstring(text).find("gpu")

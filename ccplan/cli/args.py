@@ -136,6 +136,7 @@ def _instance(args: argparse.Namespace, chunks: int | None = None) -> Any:
         single_port=args.single_port,
         switch_model=switch_model_of(args, topology)[0],
         alpha_cap=getattr(args, "alpha_cap", None),
+        switch_reduce=bool(getattr(args, "switch_reduce", False)),
     )
 
 
@@ -235,4 +236,9 @@ def _add_instance_args(p: argparse.ArgumentParser) -> None:
         "--alpha-cap",
         type=_positive_float,
         help="TE-CCL's alpha cap: raise tau to min alpha / CAP when shorter (TE-CCL uses 200)",
+    )
+    g.add_argument(
+        "--switch-reduce",
+        action="store_true",
+        help="switches add partial sums themselves (NVLS / SHARP-class hardware); off, they only relay",
     )

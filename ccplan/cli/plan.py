@@ -105,6 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         workers=args.workers,
         root=args.root,
+        switch_reduce=args.switch_reduce,
     )
 
     def show(row: Any) -> None:
@@ -184,6 +185,11 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
         "slot model comes within 1%% of the physical bound or the cell's time is up",
     )
     p.add_argument("--root", type=_nonneg_int, help="root GPU of rooted collectives")
+    p.add_argument(
+        "--switch-reduce",
+        action="store_true",
+        help="switches add partial sums themselves (NVLS / SHARP-class hardware); off, they only relay",
+    )
     p.add_argument("--time-limit", type=_positive_float, default=10.0, help="seconds per cell (default 10)")
     p.add_argument("--workers", type=_positive_int, default=1, help="CP-SAT workers per cell (default 1)")
     p.add_argument("--out", required=True, help="output directory (report.md, xml/, schedules/, img/)")

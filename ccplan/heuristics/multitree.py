@@ -534,6 +534,10 @@ def cluster_allreduce_schedule(instance: Instance) -> Schedule:
     direction, the minimum the combining cut allows. Ordering guards keep the verifier's
     rules: a partial sum from outside lands at ``r_A`` only after ``r_A`` has sent its own on,
     and a full copy reaches a relay only after it has sent on the partial sum it relayed.
+
+    A switch of the tree that cannot reduce (not in ``instance.reducing_switches``) relays
+    instead: its children pass the partial sum from one to the next through it, each adding
+    its own (:func:`_relay_chain`), and the last sends it on to the switch's parent.
     """
     topo = instance.topology
     clusters = [c for c in _clusters(instance) if any(topo.kind[v] == "gpu" for v in c)]
@@ -554,6 +558,7 @@ def cluster_allreduce_schedule(instance: Instance) -> Schedule:
                     f"cluster-allreduce: no direct link from chassis {a} to chassis {b} of {topo.name!r}"
                 )
     book = _Links(instance)
+    relay = frozenset(topo.switches) - instance.reducing_switches
     for chunk in sorted(instance.collective.chunk_ids, key=lambda c: (c[1], c[0])):
         pick = {
             pair: topo.links[min(links, key=lambda li: (book.count[li], li))]
@@ -567,7 +572,13 @@ def cluster_allreduce_schedule(instance: Instance) -> Schedule:
             up = _cluster_tree(instance, root, inside, towards=True)
             keep = _useful(up, topo.kind)
             arrive: dict[int, int] = defaultdict(int)
+            chained: set[int] = set()
             for x in sorted(keep, key=lambda v: -_hops(up, v, root)):
+                if x in relay or x in chained:
+                    continue
+                if up[x] in relay:
+                    chained |= _relay_chain(book, chunk, up, keep, relay, up[x], arrive, sent_on)
+                    continue
                 start, t = book.send(chunk, x, up[x], arrive[x], reduce=True)
                 sent_on[x] = max(sent_on[x], start)
                 arrive[up[x]] = max(arrive[up[x]], t)
@@ -602,6 +613,38 @@ def cluster_allreduce_schedule(instance: Instance) -> Schedule:
                 _, t = book.send(chunk, down[x], x, max(hold[down[x]], guard), reduce=False)
                 hold[x] = t
     return Schedule(tuple(sorted(book.sends)), method="cluster-allreduce")
+
+
+def _relay_chain(
+    book: _Links,
+    chunk: Chunk,
+    up: Mapping[int, int],
+    keep: set[int],
+    relay: frozenset[int],
+    switch: int,
+    arrive: dict[int, int],
+    sent_on: dict[int, int],
+) -> set[int]:
+    """The children of ``switch`` (a switch that cannot reduce) add their partial sums in a
+    chain through it: each copies its sum into the switch, which passes it to the next child
+    (receive-and-reduce), the last child's to the switch's parent. The switch holds one
+    partial sum at a time (each child sends only after the previous sum reached it). The
+    chain starts at a different child for every chunk, so the switch's links share the load.
+    Returns the children chained."""
+    children = sorted(x for x in keep if up.get(x) == switch)
+    if any(x in relay for x in children) or up[switch] in relay:
+        raise ValidationError("cluster-allreduce: nested switches that cannot reduce")
+    turn = sum(chunk) % len(children)
+    children = children[turn:] + children[:turn]
+    children.sort(key=lambda x: arrive[x])  # stable: ready ones first, rotated among equals
+    targets = [*children[1:], up[switch]]
+    for x, nxt in zip(children, targets, strict=True):
+        start, t = book.send(chunk, x, switch, arrive[x], reduce=False)
+        sent_on[x] = max(sent_on[x], start)
+        start, t = book.send(chunk, switch, nxt, t, reduce=True)
+        sent_on[switch] = max(sent_on[switch], start)
+        arrive[nxt] = max(arrive[nxt], t)
+    return set(children)
 
 
 @register("cluster-allreduce")

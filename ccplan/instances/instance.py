@@ -87,6 +87,10 @@ class Instance:
     alpha_cap : float, optional
         TE-CCL's alpha cap: when ``min alpha / tau`` exceeds it, ``tau = min alpha / alpha_cap``
         (TE-CCL uses 200, :data:`TECCL_ALPHA_CAP`). Not applied to an explicit ``tau``.
+    switch_reduce : bool
+        Every switch may add partial sums itself (in-network reduction: NVLS / SHARP-class
+        hardware). Off (default), only the switches whose node says ``reduce`` may
+        (:attr:`reducing_switches`); the others relay partial sums without combining them.
     """
 
     topology: Topology
@@ -100,6 +104,7 @@ class Instance:
     outages: tuple[tuple[int, int, int], ...] = field(default=())
     switch_model: str = "store-and-forward"
     alpha_cap: float | None = None
+    switch_reduce: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.topology, Topology):
@@ -159,6 +164,8 @@ class Instance:
             if self.tau_rule == "explicit":
                 raise ValidationError("alpha_cap applies to tau_rule 'fastest' or 'slowest', not 'explicit'")
             object.__setattr__(self, "alpha_cap", float(self.alpha_cap))
+        if not isinstance(self.switch_reduce, bool):
+            raise ValidationError(f"switch_reduce must be true or false, got {show(self.switch_reduce)}")
         self._check_slots()
         self._check_reachable()
 
@@ -341,6 +348,16 @@ class Instance:
         return frozenset(self.topology.switches)
 
     @cached_property
+    def reducing_switches(self) -> frozenset[int]:
+        """The switches that may add partial sums (in-network reduction): every switch with
+        :attr:`switch_reduce`, else those whose node declares ``reduce``. Every engine, the
+        verifier, the bounds and the exporters ask this one set."""
+        topo = self.topology
+        if self.switch_reduce:
+            return frozenset(topo.switches)
+        return frozenset(n.id for n in topo.nodes if n.reduce)
+
+    @cached_property
     def link_capacity(self) -> np.ndarray:
         """Per-link default ``omega``: ``capacity * max(1, floor(B tau / mu))``.
 
@@ -391,6 +408,8 @@ class Instance:
             out["switch_model"] = self.switch_model
         if self.alpha_cap is not None:
             out["alpha_cap"] = self.alpha_cap
+        if self.switch_reduce:
+            out["switch_reduce"] = True
         return out
 
     @classmethod
@@ -410,6 +429,7 @@ class Instance:
             "outages",
             "switch_model",
             "alpha_cap",
+            "switch_reduce",
         }
         check_keys(data, allowed, {"topology", "collective", "size_bytes"}, "instance")
         topology = Topology.from_dict(data["topology"])
@@ -429,6 +449,7 @@ class Instance:
             outages=tuple(tuple(o) for o in outages),  # type: ignore[misc]
             switch_model=data.get("switch_model", "store-and-forward"),
             alpha_cap=data.get("alpha_cap"),
+            switch_reduce=data.get("switch_reduce", False),
         )
 
     def with_switch_model(self, switch_model: str) -> Instance:
@@ -444,6 +465,7 @@ class Instance:
             f"{self.topology.name} {coll.kind}{root} size={format_size(self.size_bytes)} C={coll.chunks} "
             f"tau={self.tau_us:.6g}us"
             + ("" if self.switch_model == "store-and-forward" else f" switch={self.switch_model}")
+            + (" switches reduce" if self.switch_reduce else "")
         )
 
 
@@ -460,6 +482,7 @@ def make_instance(
     outages: Iterable[tuple[int, int, int]] = (),
     switch_model: str = "store-and-forward",
     alpha_cap: float | None = None,
+    switch_reduce: bool = False,
 ) -> Instance:
     """Build an :class:`Instance`, parsing ``size`` (``"1GB"`` or bytes)."""
     return Instance(
@@ -474,4 +497,5 @@ def make_instance(
         outages=tuple(outages),
         switch_model=switch_model,
         alpha_cap=alpha_cap,
+        switch_reduce=switch_reduce,
     )

@@ -6,7 +6,8 @@ The JSON form is the one fixed in DESIGN.md::
      "nodes": [{"id": 0, "kind": "gpu"}, {"id": 8, "kind": "switch"}],
      "links": [{"src": 0, "dst": 1, "bandwidth_GBps": 50.0, "alpha_us": 0.7}]}
 
-Links are directed; a full-duplex cable is two links.
+Links are directed; a full-duplex cable is two links. A switch that can reduce partial sums
+itself (NVLS, SHARP) says so with ``"reduce": true``; without it, it only relays them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ccplan.parsing import int_value, load_json_file, show
 NodeKind = Literal["gpu", "switch"]
 NODE_KINDS: tuple[str, ...] = ("gpu", "switch")
 
-_NODE_KEYS = {"id", "kind"}
+_NODE_KEYS = {"id", "kind", "reduce"}
 _LINK_KEYS = {"src", "dst", "bandwidth_GBps", "alpha_us"}
 _TOPOLOGY_KEYS = {"name", "nodes", "links"}
 _TOPOLOGY_OPTIONAL_KEYS = {"switch_model"}
@@ -66,15 +67,25 @@ class Node:
         Non-negative identifier, unique in its topology.
     kind : {"gpu", "switch"}
         A switch owns no data and needs none; it stores and forwards like any node.
+    reduce : bool
+        The switch can add partial sums itself (in-network reduction: NVLS, SHARP). Only a
+        switch may carry it; off, the switch relays partial sums without combining them.
     """
 
     id: int
     kind: NodeKind = "gpu"
+    reduce: bool = False
 
     def __post_init__(self) -> None:
         int_value(self.id, "node.id")
         if self.kind not in NODE_KINDS:
             raise ValidationError(f"node {self.id}: kind must be one of {NODE_KINDS}, got {show(self.kind)}")
+        if not isinstance(self.reduce, bool):
+            raise ValidationError(f"node {self.id}: reduce must be true or false, got {show(self.reduce)}")
+        if self.reduce and self.kind != "switch":
+            raise ValidationError(
+                f"node {self.id}: reduce is only valid on a switch (kind {show(self.kind)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -313,7 +324,10 @@ class Topology:
         that do not state it stay as they were)."""
         out: dict[str, Any] = {
             "name": self.name,
-            "nodes": [{"id": n.id, "kind": n.kind} for n in self.nodes],
+            # "reduce" only when set, so files of switches that cannot reduce stay as they were
+            "nodes": [
+                {"id": n.id, "kind": n.kind, **({"reduce": True} if n.reduce else {})} for n in self.nodes
+            ],
             "links": [
                 {
                     "src": lk.src,
@@ -347,7 +361,7 @@ class Topology:
                 raise ValidationError(f"{where} must be an object")
             check_keys(raw, _NODE_KEYS, {"id"}, where)
             try:
-                nodes.append(Node(id=raw["id"], kind=raw.get("kind", "gpu")))
+                nodes.append(Node(id=raw["id"], kind=raw.get("kind", "gpu"), reduce=raw.get("reduce", False)))
             except ValidationError as exc:
                 raise ValidationError(f"{where}: {exc}") from None
         links = []

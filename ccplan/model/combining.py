@@ -25,6 +25,16 @@ slot ``x`` are at most ``omega(e, x)`` (occupancy window ``t .. t+l-1``); ``send
 contributor ``p`` and receiver ``w`` of ``c``; ``done_monotone``; ``makespan``
 ``D = sum_{t <= H} (1 - done[t])``. Objective: minimise ``D``.
 
+**Switches that cannot reduce** (every switch not in ``Instance.reducing_switches``) hold one
+partial sum of a chunk at a time: ``g[c, p, v, t]``, what the buffer holds at the start of
+slot ``t`` (0 at slot 0), and a send out of the switch carries only that (``carry_held`` reads
+``g`` there). ``buffer_keep`` ``g[t] <= g[t-1] + arriving f``; ``buffer_take`` ``g[t] <=
+arriving f`` when a send lands (written ``g + landing <= 1 + arriving f``); ``one_landing``: at
+most one send of the chunk lands in the switch per slot. Every valid schedule satisfies them:
+the verifier's switch takes the payload of a landing copy (or of a reduce into its empty
+buffer) and adds nothing to it; two landings in one slot are valid only as an incomplete copy
+overwritten at once by the complete one, and without the first the point stays feasible.
+
 **Relaxation, then certificate.** ``h`` is what a node has *ever* held, and a send may carry
 any subset of it. Every schedule the verifier accepts gives a feasible point (its carried sets
 are subsets of what the sender ever held; a complete final set means every contribution
@@ -162,9 +172,23 @@ def build_combining_model(instance: Instance, horizon: int, deadline: Deadline =
     m.carry_send = pyo.Constraint(
         f_index, rule=timed(lambda m, c, p, e, t: m.f[c, p, e, t] <= m.s[c, e, t])
     )
-    m.carry_held = pyo.Constraint(
-        f_index, rule=timed(lambda m, c, p, e, t: m.f[c, p, e, t] <= m.h[c, p, topo.links[e].src, t])
-    )
+    relaying = frozenset(topo.switches) - instance.reducing_switches
+
+    def carry_held(m: Any, c: int, p: int, e: int, t: int) -> Any:
+        src = topo.links[e].src
+        # a switch that cannot reduce sends what its one buffer holds, not all it ever held
+        held = m.g[c, p, src, t] if src in relaying else m.h[c, p, src, t]
+        return m.f[c, p, e, t] <= held
+
+    if relaying:
+        g_index = [(c, p, v, t) for c, ps in contributors.items() for p in ps for v in sorted(relaying)
+                   for t in range(H + 1)]
+        m.g = pyo.Var(g_index, domain=pyo.Binary)
+        for c, ps in contributors.items():
+            for p in ps:
+                for v in relaying:
+                    m.g[c, p, v, 0].fix(0)
+    m.carry_held = pyo.Constraint(f_index, rule=timed(carry_held))
     m.nonempty = pyo.Constraint(
         s_index,
         rule=timed(lambda m, c, e, t: m.s[c, e, t] <= sum(m.f[c, p, e, t] for p in contributors[c])),
@@ -182,6 +206,34 @@ def build_combining_model(instance: Instance, horizon: int, deadline: Deadline =
     m.monotone = pyo.Constraint(
         later, rule=timed(lambda m, c, p, v, t: m.h[c, p, v, t] >= m.h[c, p, v, t - 1])
     )
+    if relaying:
+        # The buffer of a switch that cannot reduce: it keeps its content or takes exactly the
+        # payload of the one send that lands in a slot (module docstring, "switches").
+        buffer_index = [(c, p, v, t) for (c, p, v, t) in later if v in relaying]
+        landing_index = sorted({(c, v, t) for (c, _, v, t) in buffer_index})
+
+        def arriving_f(m: Any, c: int, p: int, v: int, t: int) -> Any:
+            return sum(m.f[c, p, e, t - lat[e]] for e in into[v] if t - lat[e] >= 0)
+
+        def landing(m: Any, c: int, v: int, t: int) -> Any:
+            return sum(m.s[c, e, t - lat[e]] for e in into[v] if t - lat[e] >= 0)
+
+        def one_landing(m: Any, c: int, v: int, t: int) -> Any:
+            if not any(t - lat[e] >= 0 for e in into[v]):
+                return pyo.Constraint.Skip
+            return landing(m, c, v, t) <= 1
+
+        def buffer_keep(m: Any, c: int, p: int, v: int, t: int) -> Any:
+            return m.g[c, p, v, t] <= m.g[c, p, v, t - 1] + arriving_f(m, c, p, v, t)
+
+        m.buffer_keep = pyo.Constraint(buffer_index, rule=timed(buffer_keep))
+        m.buffer_take = pyo.Constraint(
+            buffer_index,
+            rule=timed(
+                lambda m, c, p, v, t: m.g[c, p, v, t] + landing(m, c, v, t) <= 1 + arriving_f(m, c, p, v, t)
+            ),
+        )
+        m.one_landing = pyo.Constraint(landing_index, rule=timed(one_landing))
 
     starts: dict[int, list[int]] = {e: [t for t in range(0, H - lat[e] + 1)] for e in links}
     cap_index = [(e, x) for e in links for x in range(H)]
@@ -292,6 +344,7 @@ def _replay_once(
     coll = instance.collective
     lat = instance.latency
     index = instance.topology.link_index
+    relaying = frozenset(instance.topology.switches) - instance.reducing_switches
     full = {c: frozenset(coll.holders[c]) for c in coll.chunk_ids}
     state: dict[tuple[int, Chunk], frozenset[int]] = {}
     for c, ps in full.items():
@@ -316,8 +369,13 @@ def _replay_once(
                 dropped.add(i)
                 continue
             # Reduce into a disjoint set; copy a complete payload, or over a set already sent
-            # on. An overlap into a live set stays a reduce, for the verifier to reject.
-            copy = payload == full[c] or (bool(cur & payload) and forwarded.get((v, c), False))
+            # on, or into a switch that cannot reduce (it relays). An overlap into a live set
+            # stays a reduce, for the verifier to reject.
+            copy = (
+                payload == full[c]
+                or (bool(cur & payload) and forwarded.get((v, c), False))
+                or v in relaying
+            )
             kept.append(Send(slot, c, u, v, reduce=not copy))
             state[(v, c)] = payload if copy else cur | payload
             forwarded[(v, c)] = False

@@ -40,8 +40,8 @@ Parts (each a valid bound on its own; ``us`` is their maximum)
     AllReduce only. Without in-switch reduction (``switch_reduce=False``): every byte position
     needs ``2 (N - 1)`` receptions at GPUs, so ``T >= 2 (N - 1) M / sum_v B_in(v)`` (= ``2
     (N-1)/N M / B`` on a symmetric NVSwitch machine); the same over groups of GPUs (bandwidth
-    clusters) with ``g`` groups, ``2 (g - 1) M / B_into_groups``, which stays valid with
-    ``switch_reduce=True`` when every switch lies in a group.
+    clusters) with ``g`` groups, ``2 (g - 1) M / B_into_groups``, which stays valid when every
+    switch that may reduce lies in a group (``switch_reduce`` names them: all, none or some).
 
 Exactness and cost: the flow problems of one kind are solved for every destination (or
 source), or, when verified automorphisms make the GPUs one orbit (a torus), once per orbit.
@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
@@ -450,13 +450,15 @@ def _clusters(net: Net) -> list[np.ndarray]:
     return out
 
 
-def _gossip_part(net: Net, plan: _Plan, switch_reduce: bool) -> float:
-    """``2 (g - 1) M / B_into_groups`` over GPU groups (docs/model.md, "gossip")."""
+def _gossip_part(net: Net, plan: _Plan, reducing: np.ndarray) -> float:
+    """``2 (g - 1) M / B_into_groups`` over GPU groups (docs/model.md, "gossip"); ``reducing``
+    marks the nodes that may add partial sums besides the GPUs (switches with in-network
+    reduction): a partition counts only when each of them lies in a group."""
     total = plan.allreduce_bytes
     if total <= 0:
         return 0.0
     partitions: list[np.ndarray] = []
-    if not switch_reduce:
+    if not reducing.any():
         labels = np.where(net.gpu, np.arange(net.n), -1)  # each GPU alone, switches relay
         partitions.append(labels)
     for speed in np.unique(net.bw)[1:]:
@@ -465,8 +467,8 @@ def _gossip_part(net: Net, plan: _Plan, switch_reduce: bool) -> float:
         _, comp = connected_components(g, directed=True, connection="weak")
         with_gpu = set(comp[net.gpu].tolist())
         labels = np.where(np.isin(comp, list(with_gpu)), comp, -1)
-        if switch_reduce and (labels[~net.gpu] < 0).any():
-            continue  # a switch outside every group would have to relay without reducing
+        if (labels[reducing] < 0).any():
+            continue  # a reducing switch outside every group would not only relay
         partitions.append(labels)
     best = 0.0
     for labels in partitions:
@@ -480,9 +482,25 @@ def _gossip_part(net: Net, plan: _Plan, switch_reduce: bool) -> float:
     return best
 
 
+def _reducing_mask(instance: Instance, switch_reduce: bool | Collection[int] | None) -> np.ndarray:
+    """Dense-index mask of the switches that may reduce (see :func:`physical_bound`)."""
+    topo = instance.topology
+    if switch_reduce is None:
+        chosen = instance.reducing_switches
+    elif isinstance(switch_reduce, bool):
+        chosen = frozenset(topo.switches) if switch_reduce else frozenset()
+    else:
+        chosen = frozenset(switch_reduce)
+    mask = np.zeros(topo.num_nodes, dtype=bool)
+    for v in chosen:
+        if topo.kind.get(v) == "switch":
+            mask[topo.node_index[v]] = True
+    return mask
+
+
 # --------------------------------------------------------------------------- entry point
 def physical_bound(
-    instance: Instance, *, switch_reduce: bool = False, symmetry: bool = True
+    instance: Instance, *, switch_reduce: bool | Collection[int] | None = None, symmetry: bool = True
 ) -> PhysicalBound:
     """Lower bound in microseconds on every schedule of ``instance``'s collective.
 
@@ -493,10 +511,12 @@ def physical_bound(
     Parameters
     ----------
     instance : Instance
-    switch_reduce : bool
-        Whether switches may reduce partial sums (NVLS / SHARP). Only the AllReduce ``gossip``
-        part depends on it: without in-switch reduction it counts ``2 (N - 1)`` receptions per
-        byte at the GPUs.
+    switch_reduce : bool or collection of int, optional
+        Which switches may reduce partial sums (NVLS / SHARP): all (True), none (False), the
+        node ids given, or by default the instance's own
+        :attr:`~ccplan.instances.instance.Instance.reducing_switches`. Only the AllReduce
+        ``gossip`` part depends on it: without in-switch reduction it counts ``2 (N - 1)``
+        receptions per byte at the GPUs.
     symmetry : bool
         Solve per-destination problems once per orbit of verified automorphisms (large
         AllGather / AllToAll / ReduceScatter instances). Off gives the same value, slower.
@@ -536,7 +556,7 @@ def physical_bound(
         flows += more
         parts["windowed"] = win
     if plan.allreduce_bytes > 0:
-        parts["gossip"] = _gossip_part(net, plan, switch_reduce)
+        parts["gossip"] = _gossip_part(net, plan, _reducing_mask(instance, switch_reduce))
     us = max(parts.values())
     binding = next(name for name in PART_NAMES if name in parts and parts[name] == us)
     log.info(

@@ -19,6 +19,11 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   * counting: the AllGather delivers ``c`` once to every node along an arborescence from its
     owner, so reversed every contribution travels one path of that arborescence and is counted
     once. Branches that end in a switch (nothing to contribute) are pruned.
+  * switches: the reversal of a switch's multicast is a sum in the switch. Unless the switch
+    may reduce (``Instance.reducing_switches``), every partial sum that entered it is relayed
+    instead, through the switch to the node the sum went to, which reduces it
+    (:func:`ccplan.schedule.relays.unfold_switch_sums`, placed against links, ports and
+    outages; one partial sum of a chunk in a switch at a time).
 
   Slots are then shifted so that the first send is in slot 0.
 
@@ -66,6 +71,7 @@ from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
 from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.relays import chained_relays, place_relays, unfold_switch_sums
 from ccplan.schedule.verify import verify
 
 log = logging.getLogger(__name__)
@@ -257,7 +263,20 @@ def _reversed_phase(
     best: tuple[int, Schedule] | None = None
     failure = ""
 
-    def consider(reflected: Schedule) -> None:
+    def consider(tree: Schedule) -> None:
+        nonlocal failure
+        # a sum in a switch that cannot reduce is relayed: to the switch's successor (star)
+        # or from sender to sender (chain); both are tried
+        for chain in (False, True):
+            unfolded = unfold_switch_sums(instance, tree, chain)
+            if unfolded is None:
+                failure = failure or "a reflection is not a reduction tree: its switch sums cannot be relayed"
+                return
+            consider_one(unfolded)
+            if unfolded is tree:
+                return  # nothing was relayed
+
+    def consider_one(reflected: Schedule) -> None:
         nonlocal best, failure
         versions = [reflected]
         report = verify(instance, reflected)
@@ -394,7 +413,12 @@ def _replace(instance: Instance, schedule: Schedule, key: Callable[[Send], Any])
     """List re-timing shared by :func:`relist` and :func:`retime`: the sends in ``key`` order,
     each at the earliest slot after its inputs (module docstring of :func:`relist`) at which
     its ``l`` occupancy slots are free on the link (``omega``, outages) and, single-port, at
-    both ends."""
+    both ends. Relays through switches that cannot reduce are placed whole, one partial sum
+    in a switch at a time (:func:`ccplan.schedule.relays.place_relays`)."""
+    relays = chained_relays(instance, schedule)
+    if relays is not None:
+        relays.sort(key=lambda r: key(r.hops[0]))
+        return place_relays(instance, relays, method=schedule.method)
     topo = instance.topology
     occ = [int(x) for x in instance.occupancy]
     lat = [int(x) for x in instance.latency]

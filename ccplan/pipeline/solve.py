@@ -89,7 +89,7 @@ class Result:
         inst = self._instance(instance)
         model = (
             f"the slot model with C = {inst.collective.chunks}, tau = {self.tau_us:.4g} us, "
-            f"{inst.switch_model} switches"
+            f"{inst.switch_model} switches" + _reducing_words(inst)
         )
         if self.makespan_slots is None:
             text = f"no schedule ({self.status}) in {model}"
@@ -162,6 +162,7 @@ class Result:
             "num_sends": None if self.schedule is None else len(self.schedule),
             "chunks": inst.collective.chunks,
             "switch_model": inst.switch_model,
+            "reducing_switches": sorted(inst.reducing_switches),
             "physical_bound_us": self.physical_bound_us,
             "physical_gap": self.physical_gap,
             "physical_binding": None if self.physical is None else self.physical.binding,
@@ -263,18 +264,27 @@ def solve(instance: Instance, method: str, options: SolveOptions | None = None) 
     return result
 
 
+def _reducing_words(instance: Instance) -> str:
+    """", switches reduce" (or which do) when the instance lets switches add partial sums."""
+    reducing = instance.reducing_switches
+    if not reducing or not instance.collective.combining:
+        return ""
+    if reducing == frozenset(instance.topology.switches):
+        return ", switches reduce"
+    return f", switches {', '.join(map(str, sorted(reducing)))} reduce"
+
+
 def physical_of(instance: Instance) -> PhysicalBound | None:
     """The physical bound of ``instance``, or None (logged) when it cannot be computed.
 
-    Switches may reduce partial sums in the slot model's verifier today, so combining
-    collectives on machines with switches get the bound that stays valid with in-switch
-    reduction (``switch_reduce=True``).
+    Combining collectives get the bound of the instance's own capability: only the switches
+    of :attr:`~ccplan.instances.instance.Instance.reducing_switches` may add partial sums,
+    as in the verifier.
     """
     from ccplan.physical import physical_bound
 
-    reduce = instance.collective.combining and bool(instance.topology.switches)
     try:
-        return physical_bound(instance, switch_reduce=reduce)
+        return physical_bound(instance, switch_reduce=instance.reducing_switches)
     except (ValidationError, ValueError, MemoryError) as exc:
         log.warning("physical bound skipped: %s", exc)
         return None

@@ -32,8 +32,12 @@ verifier replays the schedule on *contribution sets*:
   first slot at whose start this holds: the largest slot at which a ``post`` node's set became
   complete (once complete, a valid schedule cannot make it incomplete again).
 
-Reduction at switches (in-network reduction, like NVLS/SHARP) is allowed by default because
-the reversal of a switch multicast needs it; ``switch_reduce=False`` rejects it.
+Reduction at switches (in-network reduction, like NVLS/SHARP) is a declared capability: a
+receive-and-reduce into a switch that already holds a partial sum is a ``switch-reduce``
+violation unless the switch is in the instance's
+:attr:`~ccplan.instances.instance.Instance.reducing_switches` (``--switch-reduce``, or
+``"reduce": true`` on the switch node). A switch that cannot reduce still relays: a partial
+sum may land in its empty (or already sent-on) buffer and leave again.
 """
 
 from __future__ import annotations
@@ -65,16 +69,16 @@ def _names(mask: int, members: tuple[int, ...]) -> list[int]:
     return [members[i] for i in range(len(members)) if mask >> i & 1]
 
 
-def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: bool = True) -> Report:
+def verify_combining(instance: Instance, schedule: Schedule) -> Report:
     """Check a combining schedule on contribution sets (see the module docstring).
 
     Parameters
     ----------
     instance : Instance
-        Its collective must have ``combining=True``.
+        Its collective must have ``combining=True``; its
+        :attr:`~ccplan.instances.instance.Instance.reducing_switches` are the switches that
+        may add two partial sums.
     schedule : Schedule
-    switch_reduce : bool
-        Allow a switch to reduce two non-empty partial sums (in-network reduction).
 
     Returns
     -------
@@ -85,6 +89,7 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
     topo = instance.topology
     coll = instance.collective
     latency = instance.latency
+    reducing = instance.reducing_switches
     violations: list[Violation] = []
 
     members: dict[Chunk, tuple[int, ...]] = {c: tuple(sorted(h)) for c, h in coll.holders.items()}
@@ -121,11 +126,12 @@ def verify_combining(instance: Instance, schedule: Schedule, *, switch_reduce: b
                         f"{send.describe()}: node {v} already holds contributions "
                         f"{_names(overlap, members[c])} of the partial sum it receives at slot {slot} "
                         f"(they would be counted twice)", *where))
-                if cur and not switch_reduce and topo.kind[v] == "switch":
+                if cur and topo.kind[v] == "switch" and v not in reducing:
                     violations.append(Violation(
                         "switch-reduce",
-                        f"{send.describe()}: switch {v} would reduce two partial sums at slot {slot} "
-                        "(in-network reduction is disabled)", *where))
+                        f"{send.describe()}: switch {v} would add two partial sums at slot {slot}, "
+                        "but it cannot reduce (no --switch-reduce, no \"reduce\": true on the switch)",
+                        *where))
                 new = cur | payload
             else:
                 if payload == full[c]:

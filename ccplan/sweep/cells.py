@@ -32,6 +32,7 @@ class Cell:
     alpha_threshold: float
     alpha_cap_ratio: float | None
     switch_model: str = "store-and-forward"
+    switch_reduce: bool = False
 
     @property
     def key(self) -> str:
@@ -48,6 +49,8 @@ class Cell:
         }
         if self.switch_model != "store-and-forward":
             ident["switch_model"] = self.switch_model  # keys of default cells stay as they were
+        if self.switch_reduce:
+            ident["switch_reduce"] = True
         digest = hashlib.sha1(_canonical(ident).encode()).hexdigest()[:10]
         return (
             f"{self.topology.label}|{self.collective.label}|{self.size}|C{self.chunks}|"
@@ -79,6 +82,7 @@ class Cell:
             "alpha_threshold": self.alpha_threshold,
             "alpha_cap_ratio": self.alpha_cap_ratio,
             "switch_model": self.switch_model,
+            "switch_reduce": self.switch_reduce,
             "simulate": simulate,
             "imports": list(imports),
         }
@@ -116,6 +120,7 @@ def cells_of(config: SweepConfig) -> list[Cell]:
                                 config.alpha_threshold,
                                 config.alpha_cap_ratio,
                                 config.switch_model,
+                                config.switch_reduce,
                             )
                         )
     keys = [c.key for c in out]

@@ -262,6 +262,9 @@ class SweepConfig:
         ``store-and-forward`` (default) or ``cut-through`` (TE-CCL's switch, docs/model.md), for
         every collective. A sweep names its model here: a topology file's own ``switch_model``
         is not read (each row's ``switch_model`` column says which was used).
+    switch_reduce : bool
+        Switches add partial sums themselves (NVLS / SHARP-class hardware; default off: they
+        only relay).
     processes : int
         Local worker processes.
     simulate : bool
@@ -284,6 +287,7 @@ class SweepConfig:
     alpha_threshold: float = 0.1
     alpha_cap_ratio: float | None = None
     switch_model: str = "store-and-forward"
+    switch_reduce: bool = False
     processes: int = 2
     simulate: bool = True
     imports: tuple[str, ...] = ()
@@ -320,6 +324,10 @@ class SweepConfig:
                 f"{where}: instance.switch_model must be one of {', '.join(SWITCH_MODELS)}, "
                 f"got {show(self.switch_model)}"
             )
+        if not isinstance(self.switch_reduce, bool):
+            raise ValidationError(
+                f"{where}: instance.switch_reduce must be true or false, got {show(self.switch_reduce)}"
+            )
         if not isinstance(self.simulate, bool):
             raise ValidationError(f"{where}: run.simulate must be true or false, got {show(self.simulate)}")
         if self.out is not None and (not isinstance(self.out, str) or not self.out):
@@ -346,7 +354,7 @@ class SweepConfig:
             if key not in data:
                 raise ValidationError(f"{where}: missing [[{key}]] tables")
         inst = data.get("instance", {})
-        instance_keys = {"tau_rule", "alpha_threshold", "alpha_cap_ratio", "switch_model"}
+        instance_keys = {"tau_rule", "alpha_threshold", "alpha_cap_ratio", "switch_model", "switch_reduce"}
         _where_keys(inst, instance_keys, f"{where}.instance")
         run = data.get("run", {})
         _where_keys(run, {"processes", "simulate", "imports", "out"}, f"{where}.run")
@@ -375,6 +383,7 @@ class SweepConfig:
             ),
             alpha_cap_ratio=inst.get("alpha_cap_ratio"),
             switch_model=inst.get("switch_model", "store-and-forward"),
+            switch_reduce=inst.get("switch_reduce", False),
             processes=run.get("processes", 2),
             simulate=run.get("simulate", True),
             imports=tuple(_str_list(run["imports"], f"{where}.run.imports")) if run.get("imports") else (),

@@ -33,9 +33,10 @@ def _build_instance(payload: Mapping[str, Any]) -> Any:
     topo = resolve_topology(payload["topology_name"], **payload["topology_params"])
     coll = make_collective(payload["collective"], topo, chunks=payload["chunks"], root=payload["root"])
     switch_model = payload.get("switch_model", "store-and-forward")
+    switch_reduce = bool(payload.get("switch_reduce", False))
     inst = make_instance(
         topo, coll, payload["size"], tau_rule=payload["tau_rule"], alpha_threshold=payload["alpha_threshold"],
-        switch_model=switch_model,
+        switch_model=switch_model, switch_reduce=switch_reduce,
     )
     cap = payload.get("alpha_cap_ratio")
     alphas = [a for a in topo.alpha if a > 0]
@@ -49,6 +50,7 @@ def _build_instance(payload: Mapping[str, Any]) -> Any:
             tau_us=min(alphas) / cap,
             alpha_threshold=payload["alpha_threshold"],
             switch_model=switch_model,
+            switch_reduce=switch_reduce,
         )
     return inst
 

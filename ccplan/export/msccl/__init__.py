@@ -39,9 +39,9 @@ transfers are numpy columns, so the peak is one rank's step objects plus bytes p
 Switches: MSCCL connects GPUs only. By default (``switches="collapse"``) a relay
 ``u -> switch -> ... -> v`` becomes one logical GPU-to-GPU transfer ``u -> v`` (the runtime's
 transport, e.g. NET through the switch, carries it); a switch that copies a chunk to several
-GPUs becomes several transfers from ``u``, and a switch that adds partial sums (in-network
-reduction) becomes one transfer per part, reduced at the receiving GPU. ``switches="refuse"``
-raises instead.
+GPUs becomes several transfers from ``u``. A schedule in which a switch adds partial sums
+(in-network reduction, ``--switch-reduce``) is refused: MSCCL has no such operation.
+``switches="refuse"`` raises on any switch hop.
 
 The package: :mod:`~ccplan.export.msccl.dialects` (runtime limits),
 :mod:`~ccplan.export.msccl.layout` (item 1), :mod:`~ccplan.export.msccl.transfers` (switch

@@ -46,7 +46,8 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
     ------
     ValidationError
         ``switches="refuse"`` and the schedule uses a switch; an unknown policy; a relayed
-        partial sum that changes at its origin while it is in the switch.
+        partial sum that changes at its origin while it is in the switch; a partial sum
+        reduced in a switch (MSCCL has no in-network reduction).
     """
     if switches not in SWITCH_POLICIES:
         raise ValidationError(f"switches must be one of {SWITCH_POLICIES}, got {switches!r}")
@@ -56,10 +57,9 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
     latency = instance.latency
     link_index = topo.link_index
     # (switch, chunk) -> arrivals: (usable from, bundle). A bundle lists the GPU-level parts the
-    # switch's copy is made of, each (origin GPU, switches crossed, first-hop slot). It has one
-    # part unless the switch reduces in the network (a reduce arriving at a switch that already
-    # holds a partial sum); MSCCL cannot reduce in a switch, so every part then becomes its own
-    # transfer and the receiving GPU reduces them one by one (same result, more traffic).
+    # switch's copy is made of, each (origin GPU, switches crossed, first-hop slot): one part,
+    # since a schedule that reduces in a switch is refused (MSCCL cannot, and splitting the sum
+    # into its parts would move more data than the schedule's time accounts for).
     Part = tuple[int, tuple[int, ...], int]
     feed: dict[tuple[int, Chunk], list[tuple[int, tuple[Part, ...]]]] = defaultdict(list)
     out: list[Transfer] = []
@@ -93,7 +93,10 @@ def logical_transfers(instance: Instance, schedule: Schedule, switches: str = "c
         if dst_switch:
             arrived = feed[(send.dst, send.chunk)]
             if send.reduce and arrived and instance.collective.combining:
-                bundle = (*arrived[-1][1], *bundle)
+                raise ValidationError(
+                    f"switches: {send.describe()} adds a partial sum in switch {send.dst}; MSCCL XML "
+                    "cannot reduce in a switch (plan without --switch-reduce)"
+                )
             arrived.append((arrive, tuple((o, (*v, send.dst), t1) for o, v, t1 in bundle)))
             continue
         if not src_switch:
