@@ -19,6 +19,7 @@ from typing import Any
 
 from ccplan.errors import CCPlanError, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.parsing import plain_number
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import verify
 
@@ -126,7 +127,7 @@ def gantt(instance: Instance, schedule: Schedule, path: str | Path, *, title: st
     ax.set_ylim(-0.7, len(used) - 0.3)
     ax.invert_yaxis()
     ax.set_xlim(0, makespan)
-    ax.set_xlabel(f"slot (tau = {instance.tau_us:.4g} us)")
+    ax.set_xlabel(f"slot (tau = {plain_number(instance.tau_us)} us)")
     ax.set_ylabel("link")
     step = max(1, math.ceil(makespan / 40))
     ax.set_xticks(range(0, makespan + 1, step))

@@ -74,21 +74,30 @@ def cut_through_twin(name: str, engine: Engine) -> Engine:
 
 
 PORTFOLIOS: frozenset[str] = frozenset({"heuristic"})
-"""Methods that are portfolios: on a cut-through combining instance they also try the ring
-baseline re-timed (:func:`_with_relay_ring`)."""
+"""Methods that are portfolios: on a combining instance they also try NCCL's rings
+(:func:`_with_ring`), re-timed for cut-through where the switches are."""
+
+RING_SHARE = 0.2
+"""Share of the time limit the portfolio's ring candidate may take after the reversal."""
 
 
-def _with_relay_ring(instance: Instance, options: SolveOptions, outcome: Outcome) -> Outcome:
-    """The shorter verified of ``outcome`` and the ring baseline re-timed for cut-through.
+def _with_ring(instance: Instance, options: SolveOptions, outcome: Outcome) -> Outcome:
+    """The shorter verified of ``outcome`` and the ``ring`` baseline (NCCL's k channels).
 
-    Through a cut-through switch each ring step is one transfer, so the ring reaches the
-    classic ``2 (N-1)/N x M / B`` of an AllReduce (``(N-1)/N x M / B`` of a ReduceScatter) on a
-    single switch without any in-switch reduction, which the reversal of a switch multicast
-    needs (docs/model.md, "Cut-through switches")."""
+    The rings reduce natively, at GPUs only, so on machines where the reversal of a tree
+    packing pays for relays (switches that cannot reduce) or loses a slot to rounding, the
+    classic ``2 (N-1)/N x M / B`` of an AllReduce over k channels can be the shorter one.
+    Through a cut-through switch each ring step is one transfer once re-timed
+    (docs/model.md, "Cut-through switches")."""
+    limit = None if options.time_limit is None else max(1.0, RING_SHARE * options.time_limit)
+    ring_options = replace(options, time_limit=limit)
     try:
-        ring = solve_on_twin(registered("ring"), instance, options)
+        if instance.bufferless:
+            ring = solve_on_twin(registered("ring"), instance, ring_options)
+        else:
+            ring = registered("ring")(instance, ring_options)
     except ValidationError:
-        return outcome  # the ring does not apply (e.g. not a collective it builds)
+        return outcome  # the ring does not apply (e.g. no ring through this topology)
     if ring.schedule is None:
         return outcome
     mine = verify(instance, ring.schedule)
@@ -97,8 +106,11 @@ def _with_relay_ring(instance: Instance, options: SolveOptions, outcome: Outcome
     if outcome.schedule is not None:
         theirs = verify(instance, outcome.schedule)
         if theirs.ok and theirs.makespan_slots is not None and theirs.makespan_slots <= mine.makespan_slots:
-            return outcome
-    details = {**ring.details, "portfolio": "ring re-timed for cut-through"}
+            return replace(outcome, details={**outcome.details, "ring_slots": mine.makespan_slots})
+    what = "NCCL-style ring" + (" re-timed for cut-through" if instance.bufferless else "")
+    details = {**ring.details, "portfolio": what}
+    if outcome.schedule is not None:
+        details["reversal"] = dict(outcome.details)
     return replace(ring, details=details)
 
 
@@ -116,10 +128,11 @@ def time_reversal(name: str, engine: Engine) -> Engine:
                 outcome: Outcome = solve_on_twin(
                     lambda inst, opts: solve_combining(inst, name, opts), instance, options
                 )
-                if name in PORTFOLIOS:
-                    outcome = _with_relay_ring(instance, options, outcome)
-                return outcome
-            return solve_combining(instance, name, options)
+            else:
+                outcome = solve_combining(instance, name, options)
+            if name in PORTFOLIOS:
+                outcome = _with_ring(instance, options, outcome)
+            return outcome
         return engine(instance, options)
 
     return run

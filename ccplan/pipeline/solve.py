@@ -18,6 +18,7 @@ from typing import Any
 from ccplan.contract import Outcome, SolveOptions, engines_from
 from ccplan.errors import SolveInterrupted, ValidationError
 from ccplan.instances.instance import Instance
+from ccplan.parsing import plain_number
 from ccplan.physical import PhysicalBound
 from ccplan.pipeline.registry import get_engine
 from ccplan.schedule.core import Schedule
@@ -88,7 +89,7 @@ class Result:
         the physical bound."""
         inst = self._instance(instance)
         model = (
-            f"the slot model with C = {inst.collective.chunks}, tau = {self.tau_us:.4g} us, "
+            f"the slot model with C = {inst.collective.chunks}, tau = {plain_number(self.tau_us)} us, "
             f"{inst.switch_model} switches" + _reducing_words(inst)
         )
         if self.makespan_slots is None:
@@ -102,7 +103,10 @@ class Result:
         pgap = self.physical_gap
         if pgap is None or self.physical is None:
             return text
-        bound = f"the physical bound {self.physical.us:.4g} us (any chunking, continuous alpha-beta time)"
+        bound = (
+            f"the physical bound {plain_number(self.physical.us)} us "
+            "(any chunking, continuous alpha-beta time)"
+        )
         if pgap >= 0:
             return f"{text}; {pgap:.1%} above {bound}"
         why = (
