@@ -11,13 +11,15 @@ independently and carries the lower bound), run by the sweep executor
 processes, or a Dask cluster given its scheduler address. The time budget is per cell (the
 engine's own time limit).
 
-For each (collective, size), the *best* is the verified candidate with the smallest makespan;
-baselines are reported beside it but never chosen. The best schedule is exported to MSCCL XML,
-in-place and out-of-place, each with the first option set of :data:`EXPORT_ATTEMPTS` for that
-buffer mode whose XML passes :func:`ccplan.export.xml_validate.validate_xml` against the
-instance; the report names the set used. No XML is written that did not pass. Per collective
-and buffer mode the files' size ranges tile ``[0, inf)`` and each states its protocol
-(:func:`write_plan_xml`), so a runtime given ``xml/`` runs the file planned nearest to each call.
+For each (collective, size), the *best* is the verified schedule with the smallest makespan,
+a candidate's on a tie; a baseline that is strictly faster than every candidate is the best
+(its ``role`` says so): the user gets the fastest schedule we can verify. The best schedule is
+exported to MSCCL XML, in-place and out-of-place, each with the first option set of
+:data:`EXPORT_ATTEMPTS` for that buffer mode whose XML passes
+:func:`ccplan.export.xml_validate.validate_xml` against the instance; the report names the
+set used. No XML is written that did not pass. Per collective and buffer mode the files' size
+ranges tile ``[0, inf)`` and each states its protocol (:func:`write_plan_xml`), so a runtime
+given ``xml/`` runs the file planned nearest to each call.
 
 Output directory layout::
 
@@ -449,13 +451,18 @@ def run_plan(
             cell = [r for r in rows if r["collective"] == coll and r["size"] == size]
             if not cell:
                 continue
-            verified = [r for r in cell if r["role"] == "candidate" and r.get("schedule") is not None]
+            verified = [r for r in cell if r.get("schedule") is not None]
             entry: dict[str, Any] = {"collective": coll, "size": size}
             if not verified:
-                entry["error"] = "no candidate produced a verified schedule"
+                entry["error"] = "no method produced a verified schedule"
                 best_rows.append(entry)
                 continue
-            best = min(verified, key=lambda r: (r["makespan_us"], request.methods.index(r["method"])))
+            order = [*request.methods, *request.baselines]
+            # the fastest verified schedule, whoever made it; on a tie a candidate's
+            best = min(
+                verified,
+                key=lambda r: (r["makespan_us"], r["role"] != "candidate", order.index(r["method"])),
+            )
             # The tightest bound any cell of the same chunk count proved holds for every schedule
             # of this instance (a slot bound at another C, which --chunks auto may pick, does not).
             bound_slots = max(
@@ -475,6 +482,7 @@ def run_plan(
             )
             entry.update(
                 method=best["method"],
+                role=best["role"],
                 status=best["status"],
                 makespan_us=best["makespan_us"],
                 makespan_slots=best["makespan_slots"],

@@ -249,3 +249,23 @@ def test_plan_on_imported_cluster(tmp_path: Path) -> None:
     req = PlanRequest(topo, ("allgather",), ("1MB",), methods=("heuristic",), baselines=(), time_limit=3)
     run_plan(req, tmp_path / "c", plots=False)
     _check_plan_dir(tmp_path / "c", expected_cells=1)
+
+
+def test_a_strictly_faster_baseline_is_the_best_and_exported(tmp_path: Path) -> None:
+    """DGX-1 AllGather 1 GB with C = 6: each GPU receives 7 x 6 = 42 chunks over 150 GB/s of
+    in-links, i.e. 3 chunks per slot (tau = one chunk on a 50 GB/s double NVLink): the ingress
+    bound is 14 slots, and NCCL's 6 rings of 25 GB/s fill those in-links. MTEGCCA alone needs
+    more here (measured 18). The plan hands the user the faster schedule: the ring's, marked
+    as a baseline, and its XML."""
+    topo = resolve_topology("dgx1")
+    req = PlanRequest(
+        topo, ("allgather",), ("1GB",), methods=("mteg",), baselines=("ring",), chunks=6, time_limit=5
+    )
+    res = run_plan(req, tmp_path / "p", plots=False)
+    plan = _check_plan_dir(tmp_path / "p", expected_cells=1)
+    (best,) = plan["best"]
+    (mteg,) = [r for r in plan["cells"] if r["method"] == "mteg"]
+    assert mteg["makespan_slots"] > best["makespan_slots"]
+    assert best["method"] == "ring" and best["role"] == "baseline"
+    assert best["makespan_slots"] == 14
+    assert {p.name for p in res.xml_files} == {"allgather_1GB.xml", "allgather_1GB_op.xml"}

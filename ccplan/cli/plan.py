@@ -82,6 +82,8 @@ def _print_tables(request: Any, result: Any) -> None:
         f"# count: elements of {DTYPE} ({DTYPE_BYTES} bytes, assumed), as nccl-tests counts them; "
         "bound: physical lower bound (any chunking); gap = 1 - bound / time"
     )
+    if any(b.get("role") == "baseline" for b in result.best):
+        print("# method*: a baseline was the fastest verified schedule of that size (it is the one exported)")
     for coll in request.collectives:
         factor = BUSBW_FACTORS.get(coll)
         entries = [b for b in result.best if b["collective"] == coll]

@@ -82,6 +82,11 @@ CSV_COLUMNS: tuple[str, ...] = (
 cell chosen for its (collective, size)."""
 
 
+def _method(entry: Mapping[str, Any]) -> str:
+    """The best entry's method, marked ``*`` when a baseline was the fastest."""
+    return f"{entry['method']}*" if entry.get("role") == "baseline" else str(entry["method"])
+
+
 def count_elements(collective: str, size_bytes: float, gpus: int) -> float:
     """nccl-tests' ``count`` column for ``size_bytes`` of :data:`DTYPE` on ``gpus`` ranks
     (fractional when the size does not divide, which nccl-tests would round down)."""
@@ -168,7 +173,7 @@ def table_lines(
         lines.append(
             f"{lead}  {nccl_time(entry.get('makespan_us')):>9}  {_bw(entry.get('algbw_GBps')):>7}  "
             f"{_bw(entry.get('busbw_GBps')):>7}  {nccl_time(entry.get('physical_bound_us')):>9}  "
-            f"{'-' if gap is None else f'{gap:.1%}':>6}  {entry['method']:<12} "
+            f"{'-' if gap is None else f'{gap:.1%}':>6}  {_method(entry):<12} "
             f"{'-' if chunks is None else chunks:>4}  "
             + ("-" if base is None else f"{base[0]} {nccl_time(base[1])}")
         )
@@ -190,7 +195,7 @@ def csv_text(
         entry = chosen.get((cell["collective"], cell["size"]))
         is_best = (
             entry is not None
-            and cell.get("role") == "candidate"
+            and cell.get("role") == entry.get("role", "candidate")
             and entry["method"] == cell["method"]
         )
         size_bytes = _size_bytes(cell)
