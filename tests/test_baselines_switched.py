@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -16,12 +17,14 @@ from ccplan.heuristics.baselines.trees import _node_trees, node_chains
 from ccplan.instances.builtin import dgx2, fat_tree, leaf_spine, ndv2, star_switch
 from ccplan.instances.catalog import make_collective
 from ccplan.instances.combining import COMBINING, make_combining
+from ccplan.instances.importers import Network, import_topology
 from ccplan.instances.instance import make_instance
 from ccplan.instances.topology import make_topology
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.simulate import simulate
 
 M = 1e6  # bytes
+DATA = Path(__file__).parent / "data" / "import"
 
 
 def _coll(kind, topo, chunks=1):
@@ -221,6 +224,24 @@ def test_multi_node_channel_counts():
         for c in range(chassis):
             inside = [g for g in ring if g // 8 == c]
             assert inside[0] == 8 * c + 1 and inside[-1] == 8 * c
+
+
+@pytest.mark.parametrize("fabric", ["rail", "switch"])
+def test_imported_h100_rings(fabric):
+    """An imported DGX H100 (``nvidia-smi topo -m``: 8 GPUs on NVSwitch, 450 GB/s ports): one
+    ring in id order at the port's 450 GB/s (k x s <= 450 by the port argument). Two of them
+    joined by 8 NICs of 50 GB/s per node (one per GPU; rail-optimised or one fabric switch):
+    every ring leaves each node through NICs worth 8 x 50 = 400 GB/s, a channel crosses a NIC at
+    its speed (s <= 50), and 8 channels at 50 GB/s reach 400 (NVIDIA/nccl#412: as many flows as
+    the NICs carry, each entering and leaving the node through a NIC)."""
+    one = import_topology(DATA / "nvsmi_dgx_h100.txt")
+    found = bl.find_channels(one)
+    assert found is not None and (found.k, found.speed_GBps) == (1, 450.0)
+    nics = Network(nodes=2, nics_per_node=8, bandwidth_GBps=50.0, fabric=fabric)
+    two = import_topology(DATA / "nvsmi_dgx_h100.txt", network=nics)
+    found = bl.find_channels(two)
+    assert found is not None and (found.k, found.speed_GBps) == (8, 50.0)
+    _check_rings_fit(two, found)
 
 
 # ====================================================================== trees
