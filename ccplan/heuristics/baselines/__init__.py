@@ -30,8 +30,10 @@ size (bytes) and ``n`` the number of GPUs.
 The package, by responsibility: :mod:`~ccplan.heuristics.baselines.costs` (the closed-form
 costs), :mod:`~ccplan.heuristics.baselines.placer` (the :class:`Placer`),
 :mod:`~ccplan.heuristics.baselines.channels` (NCCL-style ring channels),
+:mod:`~ccplan.heuristics.baselines.routes` (ring hops through switches),
+:mod:`~ccplan.heuristics.baselines.nodes` (NCCL's rings across nodes),
 :mod:`~ccplan.heuristics.baselines.rings` (ring order, NCCL-style rings and the single ring),
-:mod:`~ccplan.heuristics.baselines.trees` (binomial and double binary trees),
+:mod:`~ccplan.heuristics.baselines.trees` (binomial and double binary trees, across nodes too),
 :mod:`~ccplan.heuristics.baselines.doubling` (recursive doubling / halving),
 :mod:`~ccplan.heuristics.baselines.hierarchical` (two-level rings, pairwise),
 :mod:`~ccplan.heuristics.baselines.supported` (what each method implements) and

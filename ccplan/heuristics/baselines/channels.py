@@ -7,11 +7,20 @@ left), one ring after the other until no further ring fits; it retries at lower 
 the set with the largest ``channels x s`` (``ncclTopoCompareGraphs``; at equal bandwidth, fewer
 hops). On a DGX-1 this gives several rings over NVLink (docs/collectives.md, section 4a).
 
-:func:`find_channels` applies the same rule to a :class:`~ccplan.instances.topology.Topology`:
+:func:`find_channels` applies the same rule to a :class:`~ccplan.instances.topology.Topology`.
+A ring hop ``g -> h`` is a direct link or the widest route through switches only
+(:mod:`~ccplan.heuristics.baselines.routes`; GPU -> NVSwitch -> GPU, as NCCL's ``PATH_NVL``
+through an NVS node); it consumes ``s`` on every link of that route. Three ways to rings, each
+stopping the search once a set reaches what no rings can exceed:
 
-- a ring hop ``g -> h`` is a direct link or the widest route through switches only (the GPU
-  graph of :func:`~ccplan.heuristics.baselines.rings.ring_order`); it consumes ``s`` on every
-  link of that route;
+- through a switch fabric, one ring is built, not searched (:func:`tree_ring`);
+- on a machine of several nodes, NCCL's inter-node rings, one chain per node joined through
+  the NICs (:mod:`~ccplan.heuristics.baselines.nodes`);
+- otherwise (and on switched machines up to ``_FLAT_SEARCH_GPUS`` GPUs) a depth-first search
+  over all GPU pairs.
+
+The search, as NCCL's (the nodes' search takes the same speeds):
+
 - the speeds tried are the route bandwidths divided by 1..4, fastest first; a speed is skipped
   when even a perfect packing (``k <= min over GPUs of out- and in-capacity / s``) could not beat
   the best aggregate found;
@@ -20,6 +29,8 @@ hops). On a DGX-1 this gives several rings over NVLink (docs/collectives.md, sec
   (a duplex cable carries a ring both ways), and the search backtracks over earlier rings within
   an expansion budget; a multiset of rings is explored once;
 - ``max_channels`` caps ``k`` as ``NCCL_MAX_NCHANNELS`` does (default 32, NCCL's MAXCHANNELS).
+
+The set with the most ``k x s`` wins (the earlier at equal bandwidth).
 
 What it leaves out: NCCL's per-channel speed is also bounded by what one SM moves, and NCCL
 doubles the channels it found at run time to use more SMs on the same rings; neither changes the
@@ -30,11 +41,14 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 
+from ccplan.heuristics.baselines.nodes import node_ceiling, node_channels, node_groups
 from ccplan.heuristics.baselines.placer import _DEADLINE
+from ccplan.heuristics.baselines.routes import EPS as _EPS
+from ccplan.heuristics.baselines.routes import Channels, gpu_routes
 from ccplan.instances.topology import Topology
 
 MAX_CHANNELS = 32
@@ -46,72 +60,10 @@ SPEED_DIVISORS = (1, 2, 3, 4)
 _BUDGET = 30_000
 """Search expansions per speed (one expansion = one GPU appended to a partial ring)."""
 
-_EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class Channels:
-    """The rings NCCL-style ring search found.
-
-    Parameters
-    ----------
-    rings : tuple of tuple of int
-        Directed rings over all GPUs, each starting at the first GPU.
-    speed_GBps : float
-        Per-channel speed: every hop of every ring carries it on each link of its route.
-    routes : dict
-        ``(g, h) -> node path`` of every hop used (direct link or through switches only).
-    """
-
-    rings: tuple[tuple[int, ...], ...]
-    speed_GBps: float
-    routes: dict[tuple[int, int], tuple[int, ...]]
-
-    @property
-    def k(self) -> int:
-        """Number of channels."""
-        return len(self.rings)
-
-    @property
-    def total_GBps(self) -> float:
-        """Aggregate ring bandwidth ``k x speed``."""
-        return self.k * self.speed_GBps
-
-
-# ====================================================================== routes
-def gpu_routes(topo: Topology) -> dict[int, dict[int, tuple[tuple[int, ...], float]]]:
-    """GPU -> {GPU: (node path, bottleneck GB/s)}: the widest path through switches only
-    (fewest hops among the widest), for every GPU pair such a path joins."""
-    kind = topo.kind
-    out: dict[int, dict[int, tuple[tuple[int, ...], float]]] = {}
-    for g in topo.gpus:
-        best: dict[int, tuple[float, int]] = {g: (math.inf, 0)}
-        prev: dict[int, int] = {}
-        heap: list[tuple[float, int, int]] = [(-math.inf, 0, g)]
-        found: dict[int, tuple[tuple[int, ...], float]] = {}
-        while heap:
-            nbw, hops, a = heapq.heappop(heap)
-            bw = -nbw
-            if bw < best[a][0] - _EPS or (bw <= best[a][0] + _EPS and hops > best[a][1]):
-                continue  # stale heap entry
-            if a != g and kind[a] == "gpu":
-                path = [a]
-                while path[-1] != g:
-                    path.append(prev[path[-1]])
-                found[a] = (tuple(reversed(path)), bw)
-                continue  # a GPU ends a route: rings relay at GPUs only as ring members
-            for li in topo.out_links[a]:
-                link = topo.links[li]
-                b = link.dst
-                cand = (min(bw, link.bandwidth_GBps), hops + 1)
-                old = best.get(b)
-                wider = old is None or cand[0] > old[0] + _EPS
-                if wider or (old is not None and abs(cand[0] - old[0]) <= _EPS and cand[1] < old[1]):
-                    best[b] = cand
-                    prev[b] = a
-                    heapq.heappush(heap, (-cand[0], cand[1], b))
-        out[g] = found
-    return out
+_FLAT_SEARCH_GPUS = 128
+"""The depth-first search over all GPU pairs runs on switched machines up to this size only
+(its all-pairs routes cost a search of the whole fabric per GPU); larger ones keep the
+constructive rings."""
 
 
 # ====================================================================== search
@@ -256,39 +208,32 @@ class _Packer:
         return best
 
 
-def _upper_k(topo: Topology, speed: float) -> int:
-    """``k`` no packing exceeds: each ring leaves and enters every GPU once at ``speed``."""
+def port_bound(topo: Topology) -> float:
+    """GB/s no set of rings exceeds: each ring leaves and enters every GPU once, so ``k x s``
+    is at most the smallest GPU out- or in-capacity."""
     caps = []
     for g in topo.gpus:
         out = sum(topo.links[li].bandwidth_GBps for li in topo.out_links[g])
         inn = sum(topo.links[li].bandwidth_GBps for li in topo.in_links[g])
         caps.append(min(out, inn))
-    return math.floor(min(caps) / speed + _EPS) if caps else 0
+    return min(caps) if caps else 0.0
 
 
-def find_channels(
+def _upper_k(topo: Topology, speed: float) -> int:
+    """``k`` no packing exceeds at ``speed`` (:func:`port_bound`)."""
+    return math.floor(port_bound(topo) / speed + _EPS)
+
+
+def _flat_channels(
     topo: Topology,
-    max_channels: int = MAX_CHANNELS,
-    budget: int = _BUDGET,
-    on_speed: Callable[[float, int], None] | None = None,
+    max_channels: int,
+    budget: int,
+    on_speed: Callable[[float, int], None] | None,
 ) -> Channels | None:
-    """NCCL-style ring channels of ``topo`` (module docstring); ``None`` when no ring joins
-    all GPUs through direct links or switch-only routes.
-
-    Parameters
-    ----------
-    topo : Topology
-        The machine.
-    max_channels : int
-        Cap on the number of rings (``NCCL_MAX_NCHANNELS``).
-    budget : int
-        Search expansions per speed.
-    on_speed : callable, optional
-        Called with ``(speed, rings found)`` for every speed searched (tests, logging).
-    """
+    """The depth-first search of the module docstring over all GPU pairs."""
     gpus = list(topo.gpus)
     routes = gpu_routes(topo)
-    if len(gpus) < 2 or any(not routes[g] for g in gpus):
+    if any(not routes[g] for g in gpus):
         return None
     widths = sorted({round(bw, 9) for targets in routes.values() for _, bw in targets.values()}, reverse=True)
     speeds = sorted({round(w / d, 9) for w in widths for d in SPEED_DIVISORS}, reverse=True)
@@ -317,3 +262,140 @@ def find_channels(
     rings, s = best
     used = {(a, b) for ring in rings for a, b in zip(ring, [*ring[1:], ring[0]], strict=True)}
     return Channels(rings=tuple(rings), speed_GBps=s, routes={hop: routes[hop[0]][hop[1]][0] for hop in used})
+
+
+# ====================================================================== through a switch fabric
+def tree_ring(topo: Topology) -> Channels | None:
+    """One ring through the switches, built rather than searched (NCCL's NVSwitch rings: the
+    search tries a GPU's index neighbours first, ``ncclTopoSearchNextGpuSort``).
+
+    The switches joined by duplex links form a widest spanning tree (Prim, widest link first,
+    from the switch of the first GPU); every GPU hangs from its widest duplex link to a switch;
+    the ring visits the GPUs in depth-first order of that tree (a switch's own GPUs by id, then
+    its subtrees), each hop along the tree path. A depth-first tour crosses every tree link once
+    each way, so one ring runs at the narrowest tree link it uses: on a crossbar (NVSwitch), a
+    star, a leaf-spine or a fat-tree that is each GPU's port, all a GPU can send. ``None`` when
+    some GPU has no duplex switch link or the switches do not join all GPUs.
+    """
+    if not topo.switches or len(topo.gpus) < 2:
+        return None
+    kind = topo.kind
+    index = topo.link_index
+    links = topo.links
+
+    def duplex(a: int, b: int) -> float:
+        back = index.get((b, a))
+        return 0.0 if back is None else min(links[index[(a, b)]].bandwidth_GBps, links[back].bandwidth_GBps)
+
+    attach: dict[int, int] = {}
+    for g in topo.gpus:
+        near = [links[li].dst for li in topo.out_links[g] if kind[links[li].dst] == "switch"]
+        ports = [(w, -sw) for sw in near if (w := duplex(g, sw)) > 0]
+        if not ports:
+            return None
+        attach[g] = -max(ports)[1]
+    root = attach[topo.gpus[0]]
+    parent: dict[int, int | None] = {}
+    children: dict[int, list[int]] = defaultdict(list)
+    heap: list[tuple[float, int, int]] = [(-math.inf, root, root)]
+    while heap:
+        _, sw, up = heapq.heappop(heap)
+        if sw in parent:
+            continue
+        parent[sw] = None if sw == root else up
+        if sw != root:
+            children[up].append(sw)
+        for li in topo.out_links[sw]:
+            b = links[li].dst
+            if kind[b] == "switch" and b not in parent:
+                w = duplex(sw, b)
+                if w > 0:
+                    heapq.heappush(heap, (-w, b, sw))
+    if any(s not in parent for s in attach.values()):
+        return None
+    hung: dict[int, list[int]] = defaultdict(list)
+    for g in topo.gpus:
+        hung[attach[g]].append(g)
+    ring: list[int] = []
+    stack = [root]
+    while stack:  # preorder, iteratively: a fabric may be deep
+        sw = stack.pop()
+        ring.extend(sorted(hung[sw]))
+        stack.extend(sorted(children[sw], reverse=True))
+    depth: dict[int, int] = {}
+    for sw, above in parent.items():  # parents are settled before children (Prim's order)
+        depth[sw] = 0 if above is None else depth[above] + 1
+
+    def tree_path(a: int, b: int) -> list[int]:
+        left, right = [a], [b]
+        while left[-1] != right[-1]:
+            if depth[left[-1]] >= depth[right[-1]]:
+                left.append(parent[left[-1]])  # type: ignore[arg-type]
+            else:
+                right.append(parent[right[-1]])  # type: ignore[arg-type]
+        return left + right[-2::-1]
+
+    routes: dict[tuple[int, int], tuple[int, ...]] = {}
+    uses: Counter[int] = Counter()
+    for a, b in zip(ring, [*ring[1:], ring[0]], strict=True):
+        path = (a, *tree_path(attach[a], attach[b]), b)
+        routes[(a, b)] = path
+        for u, v in pairwise(path):
+            uses[index[(u, v)]] += 1
+    speed = min(links[li].bandwidth_GBps / n for li, n in uses.items())
+    return Channels(rings=(tuple(ring),), speed_GBps=speed, routes=routes)
+
+
+# ====================================================================== all together
+def _better(best: Channels | None, found: Channels | None) -> Channels | None:
+    """The set with more ``k x speed``; the earlier one at equal bandwidth."""
+    if found is None:
+        return best
+    if best is None or found.total_GBps > best.total_GBps * (1 + 1e-6):
+        return found
+    return best
+
+
+def find_channels(
+    topo: Topology,
+    max_channels: int = MAX_CHANNELS,
+    budget: int = _BUDGET,
+    on_speed: Callable[[float, int], None] | None = None,
+) -> Channels | None:
+    """NCCL-style ring channels of ``topo`` (module docstring); ``None`` when no ring joins
+    all GPUs through direct links or switch-only routes.
+
+    In turn, stopping as soon as a set reaches what no rings can exceed: the constructive ring
+    through the switches (:func:`tree_ring`); on a machine of several nodes, NCCL's per-node
+    rings joined through the NICs (:func:`~ccplan.heuristics.baselines.nodes.node_channels`);
+    then the depth-first search over all GPU pairs (machines without switches, or up to
+    ``_FLAT_SEARCH_GPUS`` GPUs). The set with the most ``k x speed`` wins.
+
+    Parameters
+    ----------
+    topo : Topology
+        The machine.
+    max_channels : int
+        Cap on the number of rings (``NCCL_MAX_NCHANNELS``).
+    budget : int
+        Search expansions per speed.
+    on_speed : callable, optional
+        Called with ``(speed, rings found)`` for every speed searched (tests, logging).
+    """
+    gpus = list(topo.gpus)
+    if len(gpus) < 2:
+        return None
+    ceiling = port_bound(topo)
+    best = tree_ring(topo)
+    if best is not None and best.total_GBps >= ceiling * (1 - 1e-6):
+        return best
+    groups = node_groups(topo)
+    if groups is not None:
+        found = node_channels(topo, groups, max_channels=max_channels, budget=budget, on_speed=on_speed)
+        if found is not None:
+            best = _better(best, found)
+            if best is not None and best.total_GBps >= min(ceiling, node_ceiling(topo, groups)) * (1 - 1e-6):
+                return best  # the nodes' NIC cut allows no more
+    if not topo.switches or len(gpus) <= _FLAT_SEARCH_GPUS:
+        best = _better(best, _flat_channels(topo, max_channels, budget, on_speed))
+    return best

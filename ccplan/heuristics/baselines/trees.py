@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from ccplan.contract import SolveOptions
-from ccplan.heuristics.baselines.placer import Placer
-from ccplan.heuristics.baselines.rings import _rotate
+from ccplan.heuristics.baselines.channels import MAX_CHANNELS
+from ccplan.heuristics.baselines.nodes import Nodes, node_groups
+from ccplan.heuristics.baselines.placer import _DETAILS, Placer
+from ccplan.heuristics.baselines.rings import _cached_channels, _rotate
 from ccplan.heuristics.baselines.supported import _unsupported
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
@@ -104,9 +107,9 @@ def double_binary_trees(n: int) -> tuple[dict[int, int | None], dict[int, int | 
     return t1, t2
 
 
-def _tree_allreduce(
-    p: Placer, gpus: Sequence[int], parent: Mapping[int, int | None], chunks: Sequence[Chunk]
-) -> None:
+def _tree_allreduce(p: Placer, parent: Mapping[int, int | None], chunks: Sequence[Chunk]) -> None:
+    """Reduce ``chunks`` up the GPU tree ``parent`` (GPU -> parent GPU), children before
+    parents, then copy the sums down, pipelined by chunk."""
     depth: dict[int, int] = {}
 
     def d(r: int) -> int:
@@ -123,34 +126,112 @@ def _tree_allreduce(
         if par is None:
             continue
         for c in chunks:
-            arr = p.reduce_to(c, gpus[r], gpus[par], ready[(c, r)], sink=gpus[root])
+            arr = p.reduce_to(c, r, par, ready[(c, r)], sink=root)
             ready[(c, par)] = max(ready[(c, par)], arr)
     for c in chunks:
-        p.mark_full(c, gpus[root], ready[(c, root)])
+        p.mark_full(c, root, ready[(c, root)])
     for r in reversed(order):
         par = parent[r]
         if par is not None:
             for c in chunks:
-                p.copy(c, gpus[par], gpus[r])
+                p.copy(c, par, r)
+
+
+def _ranked(gpus: Sequence[int], tree: Mapping[int, int | None]) -> dict[int, int | None]:
+    """A rank tree as a GPU tree: rank ``r`` is ``gpus[r]``."""
+    return {gpus[r]: None if up is None else gpus[up] for r, up in tree.items()}
+
+
+# ====================================================================== across nodes
+def node_chains(instance: Instance) -> tuple[Nodes, list[list[list[int]]]] | None:
+    """The nodes of the machine and, per channel, the chain through each node (the ring
+    channels' per-node paths, from the GPU the ring enters the node at), or ``None`` for a
+    machine without chassis.
+
+    NCCL's tree channels are chains through a node (``src/graph/search.cc``: "Tree: NET n ->
+    GPU a -> GPU b -> .. -> GPU x") found with the same channel count as the rings
+    (``ncclTopoCompareGraphs`` keeps the rings' ``nChannels`` for the trees). When the ring
+    channels do not run node by node (the ring search found no such rings), one chain per node
+    in GPU order.
+    """
+    topo = instance.topology
+    nodes = node_groups(topo)
+    if nodes is None:
+        return None
+    found = _cached_channels(topo, MAX_CHANNELS)
+    chains: list[list[list[int]]] = []
+    for ring in found.rings if found is not None else ():
+        per_node: list[list[int]] = [[] for _ in nodes.groups]
+        # start where the ring enters a node: after the first GPU whose successor is elsewhere
+        n = len(ring)
+        shift = next((i + 1 for i in range(n) if nodes.label[ring[i]] != nodes.label[ring[(i + 1) % n]]), 0)
+        for g in (*ring[shift:], *ring[:shift]):
+            per_node[nodes.label[g]].append(g)
+        runs = sum(1 for i in range(len(ring)) if nodes.label[ring[i]] != nodes.label[ring[i - 1]])
+        if runs != len(nodes.groups):
+            chains = []
+            break  # a ring that visits a node twice: not NCCL's node-by-node channels
+        chains.append(per_node)
+    if not chains:
+        chains = [[list(group) for group in nodes.groups]]
+    return nodes, chains
+
+
+def _node_trees(nodes: Nodes, chains: Sequence[Sequence[int]]) -> list[dict[int, int | None]]:
+    """NCCL's two trees of one channel as GPU trees: inside a node each GPU's parent is the one
+    before it in the node's chain; a node's first GPU has the first GPU of its parent node in the
+    double binary tree over nodes (``connectTrees``, ``ncclGetDtree(nNodes, node)``)."""
+    out = []
+    for tree in double_binary_trees(len(nodes.groups)):
+        parent: dict[int, int | None] = {}
+        for c, chain in enumerate(chains):
+            up = tree[c]
+            parent[chain[0]] = None if up is None else chains[up][0]
+            for a, b in pairwise(chain):
+                parent[b] = a
+        out.append(parent)
+    return out
 
 
 def double_binary_tree_schedule(instance: Instance, options: SolveOptions) -> Schedule:
     """NCCL's double binary tree AllReduce: half the chunks on each tree, reduce up then
     broadcast down, pipelined by chunk.
 
-    The trees span all GPUs (ranks in id order), flat: NCCL spans its trees across nodes only,
-    one rank per node, and chains the GPUs inside a node (docs/collectives.md, section 4).
+    On a machine of several nodes (:func:`~ccplan.heuristics.baselines.nodes.node_groups`) the
+    trees are NCCL's: per channel a chain through each node (:func:`node_chains`) and the double
+    binary tree over the nodes, joining the chains' first GPUs; chunk ``i`` goes to tree
+    ``i mod 2`` of channel ``(i div 2) mod k`` (NCCL runs each channel's chains on both trees,
+    as channels ``c`` and ``c + k``).
+    On one node the trees span all GPUs (ranks in id order), flat: NCCL would run a chain there
+    (docs/collectives.md, section 4a).
     """
     coll = instance.collective
     if coll.kind != "allreduce":
         _unsupported("double-binary-tree", coll.kind)
-    gpus = list(instance.topology.gpus)
     p = Placer(instance)
     chunks = list(coll.chunk_ids)
+    across = node_chains(instance)
+    note = _DETAILS.get()
+    if across is not None:
+        nodes, chains = across
+        k = len(chains)
+        trees = [_node_trees(nodes, per_node) for per_node in chains]
+        share: dict[tuple[int, int], list[Chunk]] = defaultdict(list)
+        for i, c in enumerate(chunks):
+            share[((i // 2) % k, i % 2)].append(c)
+        for (ch, t), part in sorted(share.items(), key=lambda x: (x[0][1], x[0][0])):
+            _tree_allreduce(p, trees[ch][t], part)
+        if note is not None:
+            note["tree"] = "nodes"
+            note["nodes"] = len(nodes.groups)
+            note["channels"] = k
+        return p.schedule("double-binary-tree")
+    gpus = list(instance.topology.gpus)
     half = (len(chunks) + 1) // 2
     t1, t2 = double_binary_trees(len(gpus))
-    _tree_allreduce(p, gpus, t1, chunks[:half])
+    _tree_allreduce(p, _ranked(gpus, t1), chunks[:half])
     if chunks[half:]:
-        _tree_allreduce(p, gpus, t2, chunks[half:])
+        _tree_allreduce(p, _ranked(gpus, t2), chunks[half:])
+    if note is not None:
+        note["tree"] = "flat"
     return p.schedule("double-binary-tree")
-
