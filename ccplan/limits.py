@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ccplan.errors import ResourceLimitError, ValidationError
-from ccplan.parsing import plain_number
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +142,7 @@ def budget(value: int | str) -> Iterator[None]:
 
 
 def _gb(num_bytes: float) -> str:
-    return f"{plain_number(num_bytes / 1e9, 3)} GB"
+    return f"{num_bytes / 1e9:.3g} GB"
 
 
 # --------------------------------------------------------------------------- estimates

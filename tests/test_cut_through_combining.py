@@ -62,7 +62,7 @@ def test_cut_through_reducescatter_by_hand() -> None:
     also (N-1)/N x M / B = 2/3 x 750 MB / 50 GB/s. Store-and-forward the same routes take 3
     (every hop out of the switch costs l = 1 more). :func:`_rs_relay` reaches 2."""
     inst = _star(3, "reducescatter")
-    report = verify_combining(inst, _rs_relay(), switch_reduce=False)
+    report = verify_combining(inst, _rs_relay())
     assert report.ok, report.violations[:1]
     assert report.makespan_slots == 2
     assert lower_bound_slots(inst) <= 2
@@ -70,7 +70,7 @@ def test_cut_through_reducescatter_by_hand() -> None:
     assert verify(inst.with_switch_model(SAF), _rs_relay()).makespan_slots == 3
     best = solve(inst, "ring", SolveOptions(time_limit=10, workers=1))
     assert best.verified and best.makespan_slots == 2
-    assert verify_combining(inst, best.schedule, switch_reduce=False).ok
+    assert verify_combining(inst, best.schedule).ok
 
 
 def test_cut_through_switch_holds_nothing_between_slots() -> None:
@@ -91,7 +91,7 @@ def test_cut_through_switch_holds_nothing_between_slots() -> None:
     # both parts of chunk 0 through the switch into GPU 0, reduce=True into the switch too
     seq = [Send(0, (0, 0), 1, 3, True), Send(1, (0, 0), 3, 0, True),
            Send(1, (0, 0), 2, 3, True), Send(2, (0, 0), 3, 0, True)]
-    report = verify_combining(inst, Schedule(tuple(seq + rest)), switch_reduce=False)
+    report = verify_combining(inst, Schedule(tuple(seq + rest)))
     assert report.ok, report.violations[:1]
 
 
@@ -130,7 +130,7 @@ def test_ring_allreduce_through_a_cut_through_switch(n: int, chunks: int) -> Non
     inst = _star(n, "allreduce", chunks=chunks)
     ring = solve(inst, "ring", SolveOptions(time_limit=20, workers=1, seed=0))
     assert ring.verified and ring.makespan_slots == 2 * (n - 1) * chunks
-    assert verify_combining(inst, ring.schedule, switch_reduce=False).ok
+    assert verify_combining(inst, ring.schedule).ok
     portfolio = solve(inst, "heuristic", SolveOptions(time_limit=20, workers=1, seed=0))
     assert portfolio.verified and portfolio.makespan_slots <= 2 * (n - 1) * chunks
     saf = solve(inst.with_switch_model(SAF), "ring", SolveOptions(time_limit=20, workers=1))

@@ -141,18 +141,18 @@ def _amd_allgather() -> Instance:
 
 
 def test_soft_budget_never_leaves_the_ring_safety_net_as_the_answer() -> None:
-    """Under a hard time limit the portfolio places a ring first; a tiny soft budget must still
+    """Under a hard time limit the portfolio places one ring (``ring-1``) first; a tiny soft budget must still
     let the first real variant (MTEGCCA) complete. On AMD-1 AllGather 1 GB the ring needs 60
     slots (15 GCDs' shards one hop per slot on the ring, each hop limited by its 25 GB/s
     link) and MTEGCCA far fewer; the answer must be MTEGCCA's, verified and >= the bound."""
-    from ccplan.heuristics.search import heuristic_search
+    from ccplan.heuristics.search import SAFETY_NET, heuristic_search
 
     inst = _amd_allgather()
-    ring_m = solve(inst, "ring").makespan_slots
+    ring_m = solve(inst, SAFETY_NET).makespan_slots
     assert ring_m is not None
     best, cands, _ = heuristic_search(inst, time_limit=60, budget=0.001)
-    assert best is not None and best.label != "ring"
-    assert any(c.label == "ring" for c in cands)
+    assert best is not None and best.label != SAFETY_NET
+    assert any(c.label == SAFETY_NET for c in cands)
     report = verify(inst, best.schedule)
     assert report.ok and report.makespan_slots == best.makespan
     assert lower_bound_slots(inst) <= best.makespan < ring_m
@@ -161,9 +161,9 @@ def test_soft_budget_never_leaves_the_ring_safety_net_as_the_answer() -> None:
 def test_warm_start_under_a_time_limit_hands_over_the_heuristic_schedule() -> None:
     """The ``milp`` warm start runs its rounds with a soft budget inside the run's hard limit:
     its incumbent is the portfolio's, never the ring safety net or the greedy fallback.
-    Checked against the ring's makespan (an independent engine) on AMD-1 1 GB."""
+    Checked against the safety net's makespan (``ring-1``, an independent engine) on AMD-1 1 GB."""
     inst = _amd_allgather()
-    ring_m = solve(inst, "ring").makespan_slots
+    ring_m = solve(inst, "ring-1").makespan_slots
     assert ring_m is not None
     res = solve(inst, "milp", SolveOptions(time_limit=30, extra={"always_solve": False}))
     assert res.verified and res.makespan_slots is not None

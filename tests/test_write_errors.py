@@ -14,7 +14,8 @@ from ccplan import cli
 
 def _full_disk_on(monkeypatch: pytest.MonkeyPatch, hit: str) -> None:
     """``Path.write_text`` writes half of the text, then fails with ENOSPC, for every file
-    whose name contains ``hit`` (the staged name keeps the target's stem and suffix)."""
+    whose name contains ``hit`` (the staged name keeps the target's stem and suffix); a file
+    opened for writing with ``Path.open`` fails at its second write."""
     real = pathlib.Path.write_text
 
     def write_text(self: Path, data: str, *args: object, **kwargs: object) -> int:
@@ -24,6 +25,37 @@ def _full_disk_on(monkeypatch: pytest.MonkeyPatch, hit: str) -> None:
         return real(self, data, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pathlib.Path, "write_text", write_text)
+    real_open = pathlib.Path.open
+
+    class _Full:
+        """A text file that takes a first write, then fails the next with ENOSPC (a stream
+        writer, e.g. the MSCCL XML, dies half-written)."""
+
+        def __init__(self, fh: object, name: str) -> None:
+            self._fh, self._name, self._writes = fh, name, 0
+
+        def write(self, data: str) -> int:
+            self._writes += 1
+            if self._writes > 1:
+                raise OSError(errno.ENOSPC, "No space left on device", self._name)
+            return self._fh.write(data)  # type: ignore[attr-defined,no-any-return]
+
+        def __enter__(self) -> _Full:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self._fh.close()  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._fh, name)
+
+    def open_(self: Path, mode: str = "r", *args: object, **kwargs: object) -> object:
+        fh = real_open(self, mode, *args, **kwargs)  # type: ignore[call-overload]
+        if hit in self.name and "w" in mode:
+            return _Full(fh, str(self))
+        return fh
+
+    monkeypatch.setattr(pathlib.Path, "open", open_)
 
 
 def _leftovers(root: Path) -> list[str]:

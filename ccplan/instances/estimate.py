@@ -20,7 +20,6 @@ from ccplan.limits import (
     BYTES_PER_TABLE_ENTRY,
     Estimate,
 )
-from ccplan.parsing import plain_number
 
 if TYPE_CHECKING:
     from ccplan.instances.instance import Instance
@@ -77,7 +76,7 @@ def estimate_import_text(name: str, num_bytes: int) -> Estimate:
     return Estimate(
         "import-topology",
         float(num_bytes) * BYTES_PER_IMPORT_TEXT_BYTE,
-        f"{name} of {plain_number(num_bytes / 1e6, 3)} MB",
+        f"{name} of {num_bytes / 1e6:.3g} MB",
     )
 
 
@@ -95,8 +94,7 @@ def estimate_joined_machines(
     return Estimate(
         "import-topology",
         float(nodes) * BYTES_PER_NODE + float(links) * BYTES_PER_IMPORTED_LINK,
-        f"{flag} {copies} copies of {machine.name} "
-        f"({plain_number(nodes, 3)} nodes, {plain_number(links, 3)} links)",
+        f"{flag} {copies} copies of {machine.name} ({nodes:.3g} nodes, {links:.3g} links)",
     )
 
 
@@ -106,7 +104,7 @@ def estimate_collective(kind: str, num_gpus: int, chunks: int) -> Estimate:
     return Estimate(
         "collective",
         float(entries) * BYTES_PER_TABLE_ENTRY,
-        f"{kind} with --chunks {chunks} on {num_gpus} GPUs ({plain_number(entries, 3)} table entries)",
+        f"{kind} with --chunks {chunks} on {num_gpus} GPUs ({entries:.3g} table entries)",
     )
 
 

@@ -33,7 +33,7 @@ from ccplan.errors import ValidationError
 from ccplan.instances.catalog import collective_from_dict
 from ccplan.instances.collectives import Collective
 from ccplan.instances.topology import SWITCH_MODELS, Topology, check_keys
-from ccplan.parsing import format_size, int_value, parse_size, plain_number, show
+from ccplan.parsing import format_size, int_value, parse_size, show
 
 _EPS = 1e-9
 
@@ -195,8 +195,7 @@ class Instance:
                 value = getattr(link, field_name)
                 raise ValidationError(
                     f"link {link.src}->{link.dst}: {field_name} {value:g} gives {name} of "
-                    f"{plain_number(values[worst], 3)} slots of tau={plain_number(tau, 3)} us "
-                    f"(at most {MAX_SLOTS_PER_HOP:,}); "
+                    f"{values[worst]:.3g} slots of tau={tau:.3g} us (at most {MAX_SLOTS_PER_HOP:.0e}); "
                     "check the link or use --tau-rule slowest / a larger --tau-us"
                 )
 
@@ -464,7 +463,7 @@ class Instance:
         root = f" root={coll.root}" if coll.root is not None else ""
         return (
             f"{self.topology.name} {coll.kind}{root} size={format_size(self.size_bytes)} C={coll.chunks} "
-            f"tau={plain_number(self.tau_us, 6)}us"
+            f"tau={self.tau_us:.6g}us"
             + ("" if self.switch_model == "store-and-forward" else f" switch={self.switch_model}")
             + (" switches reduce" if self.switch_reduce else "")
         )

@@ -16,7 +16,6 @@ from ccplan.limits import (
     BYTES_PER_LINK_SLOT_OF,
     Estimate,
 )
-from ccplan.parsing import plain_number
 
 
 def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
@@ -55,13 +54,10 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
         link = topo.links[worst]
         slow = (
             f" (link {link.src}->{link.dst} at {link.bandwidth_GBps:g} GB/s occupies "
-            f"{plain_number(int(occupancy[worst]), 3)} slots per chunk)"
+            f"{int(occupancy[worst]):.3g} slots per chunk)"
         )
-    parts.append((link_slots * per_link_slot, f"{plain_number(link_slots, 3)} occupied link-slots{slow}"))
-    slots = (
-        f"a makespan of at least {plain_number(horizon, 3)} slots "
-        f"(tau={plain_number(instance.tau_us, 3)} us)"
-    )
+    parts.append((link_slots * per_link_slot, f"{link_slots:.3g} occupied link-slots{slow}"))
+    slots = f"a makespan of at least {horizon:.3g} slots (tau={instance.tau_us:.3g} us)"
     parts.append((horizon * BYTES_PER_HORIZON_SLOT, slots))
     driver = max(parts)[1]
     return Estimate("solve", float(total), f"{instance.topology.name} {instance.collective.kind}: {driver}")

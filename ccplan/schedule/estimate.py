@@ -16,7 +16,6 @@ from ccplan.limits import (
     BYTES_PER_SEND_COLUMNS,
     Estimate,
 )
-from ccplan.parsing import plain_number
 
 if TYPE_CHECKING:
     from ccplan.instances.instance import Instance
@@ -56,8 +55,8 @@ def estimate_schedule(
     total = len(schedule) * per_send + link_slots * per_link_slot
     total += last * BYTES_PER_HORIZON_SLOT
     driver = (
-        f"{len(schedule)} sends occupying {plain_number(link_slots, 3)} link-slots "
-        f"(tau={plain_number(instance.tau_us, 3)} us)"
+        f"{len(schedule)} sends occupying {link_slots:.3g} link-slots "
+        f"(tau={instance.tau_us:.3g} us)"
     )
     if last * BYTES_PER_HORIZON_SLOT > link_slots * per_link_slot:
         driver = f"a schedule whose last send is at slot {last - 1}"

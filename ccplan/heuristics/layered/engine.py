@@ -10,7 +10,6 @@ import time
 from ccplan.contract import Outcome, SolveOptions, constructor_outcome, register
 from ccplan.heuristics.layered.construct import LayeredOptions, layered_schedule
 from ccplan.instances.instance import Instance
-from ccplan.parsing import plain_number
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +50,9 @@ def _within_time_limit(instance: Instance, opts: LayeredOptions, limit: float) -
         )
         if outcome.schedule is not None or not usable or outcome.details.get("interrupted"):
             return outcome
-        why = f"layered did not finish within {plain_number(own, 3)} s of the {limit:g} s time limit"
+        why = f"layered did not finish within {own:.3g} s of the {limit:g} s time limit"
     else:
-        why = (
-            f"the {limit:g} s time limit leaves layered no time next to the fallback's "
-            f"{plain_number(reserve, 3)} s"
-        )
+        why = f"the {limit:g} s time limit leaves layered no time next to the fallback's {reserve:.3g} s"
     schedule = fb.tree_fallback(instance, method="layered")
     if schedule is None:
         reason = f"time limit of {limit:g} s reached"
