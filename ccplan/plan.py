@@ -457,11 +457,11 @@ def run_plan(
                 entry["error"] = "no method produced a verified schedule"
                 best_rows.append(entry)
                 continue
-            order = [*request.methods, *request.baselines]
+            preference = [*request.methods, *request.baselines]
             # the fastest verified schedule, whoever made it; on a tie a candidate's
             best = min(
                 verified,
-                key=lambda r: (r["makespan_us"], r["role"] != "candidate", order.index(r["method"])),
+                key=lambda r: (r["makespan_us"], r["role"] != "candidate", preference.index(r["method"])),
             )
             # The tightest bound any cell of the same chunk count proved holds for every schedule
             # of this instance (a slot bound at another C, which --chunks auto may pick, does not).
