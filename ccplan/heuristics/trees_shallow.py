@@ -63,8 +63,8 @@ def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tu
         while not keep[v]:
             keep[v] = True
             v = int(pred[v])
-    # hop count in the tree, not the distance, orders the links: with large duals the tiny
-    # per-link cost that separates a child's distance from its parent's can round away
+    # by distance, ties by hop count in the tree: with large duals the tiny per-link cost that
+    # separates a child's distance from its parent's can round away (a float sum never drops)
     hops = np.full(net.n, -1, dtype=np.int64)
     hops[root] = 0
     for v in np.flatnonzero(keep).tolist():
@@ -75,7 +75,7 @@ def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tu
         for u in reversed(chain):
             hops[u] = hops[v] + 1
             v = u
-    order = np.lexsort((dist, hops))
+    order = np.lexsort((hops, dist))
     return tuple(net.index[(int(pred[v]), int(v))] for v in order.tolist() if keep[v] and v != root)
 
 
