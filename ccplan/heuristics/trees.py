@@ -36,7 +36,9 @@ Cut-through instances are solved on their store-and-forward twin by the registry
 ``options.extra``: ``trees_gap`` (the packing stops within this relative gap of ``x*``,
 default 1e-3), ``trees_pack`` (``"auto"``, ``"lp"`` or ``"greedy"``), ``trees_shallow``
 (default True: the second packing phase, :mod:`~ccplan.heuristics.trees_shallow`),
-``trees_placement`` (``"auto"``, ``"periodic"`` or ``"full"``, see below).
+``trees_placement`` (``"auto"``, ``"periodic"`` or ``"full"``, see below), ``trees_symmetry``
+(default True: a 2-D torus AllGather is scheduled by translation of one root's schedule,
+:mod:`~ccplan.heuristics.trees_symmetry`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from ccplan.heuristics.trees_pack import (
 )
 from ccplan.heuristics.trees_period import copy_pattern, min_period, place_pattern
 from ccplan.heuristics.trees_shallow import depth, shallow_packing
+from ccplan.heuristics.trees_symmetry import symmetric_schedule
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline, OutOfTimeError
 from ccplan.schedule.core import Schedule
@@ -244,7 +247,7 @@ def _placement_order(
     topo = instance.topology
     src = [topo.node_index[lk.src] for lk in topo.links]
     dst = [topo.node_index[lk.dst] for lk in topo.links]
-    keyed = []
+    keyed: list[tuple[float, int, int]] = []
     for r, idx in chunks_of.items():
         trees = plan.packing.trees[topo.node_index[r]]
         rate = sum(t.weight for t in trees)
@@ -394,7 +397,20 @@ def trees_schedule(instance: Instance, deadline: Deadline, extra: Any = None) ->
     """The pipelined tree-packing schedule of an AllGather or Broadcast ``instance`` under
     ``deadline`` (raises :class:`~ccplan.limits.OutOfTimeError` when it passes)."""
     how = str((extra or {}).get("trees_placement", "auto"))
+    found = _symmetric(instance, deadline, extra, {})
+    if found is not None:
+        return found
     return _place(instance, plan_trees(instance, deadline, extra), deadline, {}, how)
+
+
+def _symmetric(
+    instance: Instance, deadline: Deadline, extra: Any, details: dict[str, Any]
+) -> Schedule | None:
+    """The schedule by symmetry (:mod:`~ccplan.heuristics.trees_symmetry`) unless
+    ``extra.trees_symmetry`` is False or the instance has no symmetry known there."""
+    if not (extra or {}).get("trees_symmetry", True):
+        return None
+    return symmetric_schedule(instance, deadline, details)
 
 
 @register("trees")
@@ -405,6 +421,9 @@ def trees_engine(instance: Instance, options: SolveOptions) -> Outcome:
     details: dict[str, Any] = {"variant": "trees"}
 
     def build(deadline: Deadline) -> Schedule:
+        found = _symmetric(instance, deadline, options.extra, details)
+        if found is not None:
+            return found
         plan = plan_trees(instance, deadline, options.extra)
         details.update(plan.packing.as_dict())
         details["optimal_rate"] = float(plan.optimal)
