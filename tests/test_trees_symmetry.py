@@ -70,8 +70,8 @@ def test_square_torus_reaches_the_in_capacity_bound():
 def test_symmetric_and_lp_paths_both_verify_on_a_rectangular_torus():
     """4 x 6 torus, C = 8, 1 GB (l = L = 1): the translated schedule and the LP packing
     (trees_symmetry off) both verify and are at least the slot bound; the translated one is
-    within two slots of the in-capacity term C (N - 1) / 4 = 46 slots (the reflections balance +/- of each axis; the
-    tree's parents balance rows against columns)."""
+    within two slots of the in-capacity term C (N - 1) / 4 = 46 slots (the reflections
+    balance +/- of each axis; the tree's parents balance rows against columns)."""
     inst = _allgather(torus2d(4, 6), 8)
     assert inst.occupancy.max() == 1 and inst.latency.max() == 1
     sym = solve(inst, "trees", SolveOptions(time_limit=30))
