@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 
 from ccplan.bounds import lower_bound_slots
 from ccplan.heuristics.trees import TreePlan, schedule_trees
@@ -46,3 +47,37 @@ def test_shortest_path_tree_links_in_tree_order_when_costs_round():
     net = Network(3, (0, 2), (2, 1), (Fraction(1), Fraction(1)))
     links = _spt(net, 0, np.array([1e8, 1e-9]), np.array([0, 1, 2]))
     assert links == (0, 1)
+
+
+@pytest.mark.slow
+def test_chunks_auto_packs_once_for_every_chunk_count(monkeypatch):
+    """``--chunks auto`` with ``trees`` on DGX-1 (1 GB): its links are 25 and 50 GB/s, so at
+    every C the occupancies are 2 and 1 slots (tau is the chunk's time on the fastest link)
+    and the slot capacities omega / l are the same; the column generation runs for the first
+    C only and the later ones (C = 2, 4, ...: pipelining gains more than 1 % per doubling
+    there) reuse its packing. Every candidate's schedule verifies and the chosen one is at
+    least its slot bound."""
+    import ccplan.heuristics.trees as trees_mod
+    from ccplan.contract import SolveOptions
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.pipeline.chunks import solve_auto_chunks
+
+    calls = []
+    real = trees_mod.pack_trees
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trees_mod, "pack_trees", counting)
+    monkeypatch.setattr(trees_mod, "_PACKINGS", {}, raising=False)  # a fresh cache
+    topo = resolve_topology("dgx1")
+    inst, res = solve_auto_chunks(
+        lambda c: make_instance(topo, make_collective("allgather", topo, chunks=c), "1GB"), "trees",
+        SolveOptions(time_limit=30),
+    )
+    tried = res.details["auto_chunks"]
+    assert len(tried) >= 3 and all(us is not None for us in tried.values())
+    assert len(calls) == 1
+    assert res.schedule is not None and verify(inst, res.schedule).ok
+    assert res.makespan_slots is not None and res.makespan_slots >= lower_bound_slots(inst)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -82,6 +82,15 @@ _COUNTS_SHARE = 0.2  # share of what is left for the integer chunk counts per tr
 _PERIOD_SHARE = 0.3  # share of what is left for the periodic schedule's sizes
 _PERIOD_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # chunks per root and period
 _FULL_TABLE_SENDS = 1_500_000  # sends above which the periodic schedule replaces the full table
+
+
+_PACKINGS_KEPT = 4
+_PACKINGS: dict[tuple[Any, ...], tuple[Packing, Packing | None]] = {}
+"""The last packings (first phase, last shallow phase) by slot network, roots, terminals and
+gap, newest last: ``--chunks auto`` solves one topology at C = 1, 2, 4, ..., whose slot
+capacities ``omega / l`` are the same wherever the occupancies keep their ratios, so the
+column generation runs once and each shallow phase starts from the previous one's trees
+(the latencies ``L`` change with ``C``; the rate does not)."""
 
 
 def slot_network(instance: Instance) -> Network:
@@ -163,12 +172,23 @@ def plan_trees(instance: Instance, deadline: Deadline, extra: Any = None) -> Tre
     if mode == "greedy" or (mode == "auto" and len(terminals) > PACK_LIMIT):
         packing = greedy_trees(net, r_pos, t_pos, float(x_star))
     else:
-        share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
         gap = float(extra.get("trees_gap", 1e-3))
-        packing = pack_trees(net, r_pos, t_pos, float(x_star), share, gap=gap)
+        key = (net.src, net.dst, net.cap, tuple(r_pos), tuple(t_pos), gap)
+        first, seed = _PACKINGS.pop(key, (None, None))
+        if first is None:
+            share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
+            first = pack_trees(net, r_pos, t_pos, float(x_star), share, gap=gap)
+        else:
+            log.info("trees: the packing of an earlier instance with these capacities (another C)")
+        packing = first
         if extra.get("trees_shallow", True):
             share = Deadline(min(deadline.at, time.perf_counter() + _SHALLOW_SHARE * deadline.remaining()))
-            packing = shallow_packing(net, packing, t_pos, [float(x) for x in instance.latency], share)
+            start_from = first if seed is None else replace(seed, rate=first.rate)
+            packing = shallow_packing(net, start_from, t_pos, [float(x) for x in instance.latency], share)
+            seed = packing if packing is not start_from else seed
+        _PACKINGS[key] = (first, seed)
+        while len(_PACKINGS) > _PACKINGS_KEPT:
+            _PACKINGS.pop(next(iter(_PACKINGS)))
     log.info(
         "trees: %s packing, %d trees, rate %.6g = %.4f of optimal (%.2f s)",
         packing.method, sum(len(t) for t in packing.trees.values()), packing.rate,
