@@ -15,6 +15,7 @@ Usage::
     python benchmarks/limit.py                          # every instance, three collectives
     python benchmarks/limit.py --instances dgx1 amd-2 --collectives allgather
     python benchmarks/limit.py --large                  # torus 32x32 and NDv2 x128 AllGather
+    python benchmarks/limit.py --auto                   # ccplan's --chunks auto picks C
 
 Each instance runs in a subprocess (this script with ``--child``: ``ccplan.pipeline.solve``
 with ``--method trees``, verification and bounds included) that reports its own peak
@@ -95,6 +96,17 @@ def child(name: str, kind: str, chunks: int, time_limit: float, allreduce: str) 
     from ccplan.pipeline import solve
 
     topo = _topology({**INSTANCES, **LARGE}[name])
+    if chunks == 0:  # --auto: ccplan's --chunks auto (C = 1, 2, 4, ... against the physical bound)
+        from ccplan.pipeline.chunks import solve_auto_chunks
+
+        inst, res = solve_auto_chunks(
+            lambda c: make_instance(topo, make_collective(kind, topo, chunks=c), "1GB"), "trees",
+            SolveOptions(time_limit=time_limit, extra={"allreduce": allreduce}),
+        )
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps({"makespan_us": res.makespan_us, "verified": res.verified, "peak_MB": peak,
+                          "mode": f"auto C={inst.collective.chunks}"}))
+        return 0
     inst = make_instance(topo, make_collective(kind, topo, chunks=chunks), "1GB")
     if kind == "allreduce" and allreduce == "concat":
         makespan_us, verified = _concat_allreduce(inst, time_limit)
@@ -142,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--collectives", nargs="*", default=["allgather", "reducescatter", "allreduce"])
     p.add_argument("--chunks", type=int, default=None)
     p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument("--auto", action="store_true", help="--chunks auto instead of a fixed C (C column: 0)")
     p.add_argument("--large", action="store_true", help="the 1,024-GPU AllGather instances instead")
     p.add_argument("--allreduce", default="concat", choices=("best", "concat", "overlap", "pipelined"),
                    help="combine.py's AllReduce mode (default concat: its overlap modes are slow at "
@@ -161,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         inst = {**INSTANCES, **LARGE}[name]
         topo = _topology(inst)
         n = len(topo.gpus)
-        c = args.chunks or (1 if args.large else chunks_for(n))
+        c = 0 if args.auto else args.chunks or (1 if args.large else chunks_for(n))
         for kind in collectives:
             ref = limit_us(topo, kind)
             t0 = time.perf_counter()

@@ -143,3 +143,22 @@ def test_exact_warm_start_takes_the_trees_schedule():
     report = verify(inst, schedule)
     assert report.ok and report.makespan_slots is not None
     assert report.makespan_slots >= lower_bound_slots(inst)
+
+
+def test_pattern_makespan_counts_the_full_group_before_a_partial_last_one():
+    """A pattern of n = 2 lanes and period P = 3 on one link of L = 2 whose lane 1 queues:
+    lane 0 sends at slot 0 (ends 2), lane 1 at slot 8 (ends 10), so the span is 10. C = 3
+    chunks per root: group 0 (both lanes) ends at 10, group 1 (lane 0 only) at 3 + 2 = 5, so
+    the makespan is 10, not the last group's 5. The copies' own last arrival agrees."""
+    from ccplan.heuristics.trees_period import Pattern
+
+    pattern = Pattern(
+        slot=np.array([0, 8]), root=np.array([0, 0]), lane=np.array([0, 1]), link=np.array([0, 0]),
+        period=3, lanes=2, span=10, latency=np.array([2]),
+    )
+    assert pattern.makespan(3) == 10
+    assert pattern.makespan(2) == 10
+    assert pattern.makespan(5) == 3 + 10  # groups 0, 1 full; group 2 lane 0 ends at 6 + 2
+    for chunks in (1, 2, 3, 4, 5, 7):
+        slot, _, _, link = copy_pattern(pattern, {0: list(range(chunks))})
+        assert pattern.makespan(chunks) == int((slot + pattern.latency[link]).max())

@@ -54,8 +54,11 @@ class Pattern:
         """Makespan in slots of ``chunks`` chunks per root (module docstring)."""
         groups = -(-chunks // self.lanes)
         last = chunks - (groups - 1) * self.lanes
-        tail = self.span if last == self.lanes else self._partial_span(last)
-        return (groups - 1) * self.period + tail
+        if last == self.lanes:
+            return (groups - 1) * self.period + self.span
+        # a partial last group can end before the full group ahead of it (late lanes queue)
+        tail = (groups - 1) * self.period + self._partial_span(last)
+        return max(tail, (groups - 2) * self.period + self.span) if groups >= 2 else tail
 
     def _partial_span(self, lanes: int) -> int:
         keep = self.lane < lanes

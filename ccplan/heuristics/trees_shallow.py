@@ -57,13 +57,25 @@ def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tu
     reach terminals, in topological order."""
     graph = sp.csr_array((cost, (np.asarray(net.src), np.asarray(net.dst))), shape=(net.n, net.n))
     dist, pred = dijkstra(graph, directed=True, indices=root, return_predecessors=True)
-    order = np.argsort(dist, kind="stable")
     keep = np.zeros(net.n, dtype=bool)
     keep[root] = True
     for v in terminals.tolist():
         while not keep[v]:
             keep[v] = True
             v = int(pred[v])
+    # by distance, ties by hop count in the tree: with large duals the tiny per-link cost that
+    # separates a child's distance from its parent's can round away (a float sum never drops)
+    hops = np.full(net.n, -1, dtype=np.int64)
+    hops[root] = 0
+    for v in np.flatnonzero(keep).tolist():
+        chain = []
+        while hops[v] < 0:
+            chain.append(v)
+            v = int(pred[v])
+        for u in reversed(chain):
+            hops[u] = hops[v] + 1
+            v = u
+    order = np.lexsort((hops, dist))
     return tuple(net.index[(int(pred[v]), int(v))] for v in order.tolist() if keep[v] and v != root)
 
 
