@@ -209,6 +209,7 @@ for _name, _module in {
     "heuristic": "ccplan.heuristics.search",
     "multitree": "ccplan.heuristics.multitree",
     "cluster-allreduce": "ccplan.heuristics.multitree",
+    "hier-allreduce": "ccplan.heuristics.hier_allreduce",
     "exact-combining": "ccplan.model.combining",
     "trees": "ccplan.heuristics.trees",
     **{

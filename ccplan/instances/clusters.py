@@ -45,3 +45,19 @@ def has_chassis(topo: Topology) -> bool:
         return False
     labels = _clusters_above(topo, np.array(bw) > min(bw))
     return len({int(labels[i]) for i, v in enumerate(topo.node_ids) if topo.kind[v] == "gpu"}) >= 2
+
+
+def chassis_groups(topo: Topology) -> list[frozenset[int]]:
+    """The chassis of ``topo`` as node sets (GPUs and the switches that serve only them),
+    ordered by their smallest node id; empty when the slowest links do not separate the GPUs
+    into two or more clusters (:func:`has_chassis`). Nodes outside every chassis (a switch
+    joining several, e.g. a global NIC switch) belong to no group."""
+    bw = [lk.bandwidth_GBps for lk in topo.links]
+    if not bw or min(bw) == max(bw):
+        return []
+    labels = _clusters_above(topo, np.array(bw) > min(bw))
+    groups: dict[int, set[int]] = {}
+    for i, v in enumerate(topo.node_ids):
+        groups.setdefault(int(labels[i]), set()).add(v)
+    out = [frozenset(g) for g in groups.values() if any(topo.kind[v] == "gpu" for v in g)]
+    return sorted(out, key=min) if len(out) >= 2 else []

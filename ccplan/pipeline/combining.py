@@ -47,6 +47,13 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   ``"pipelined"`` first re-places the ReduceScatter shard by shard (:func:`relist`), so that
   shards finish one after another instead of all at its end, then overlaps the AllGather in
   the order the shards finish. The default (``"best"``) keeps the shortest verified schedule.
+  On machines of several chassis two more candidates join (``"best"`` only):
+  ``cluster-allreduce`` and the pipelined hierarchical ``hier-allreduce``
+  (:mod:`ccplan.heuristics.hier_allreduce`), which runs first. When it is already within
+  :data:`HIER_SUFFICES` of the physical bound, the reversal is not run at all: through
+  switches that may not reduce its unfolding of the switch sums takes time that grows faster
+  than ``C`` and is not bounded by the time limit, and a larger ``C`` (``--chunks auto``)
+  gains more from the hierarchical schedule than the reversal could at this one.
 
 Routing: :func:`ccplan.pipeline.solve` sends a combining instance here (:func:`solve_combining`)
 unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
@@ -78,11 +85,38 @@ log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
     {"ring", "ring-1", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
-     "hierarchical", "multitree", "exact-combining", "cluster-allreduce"}
+     "hierarchical", "multitree", "exact-combining", "cluster-allreduce", "hier-allreduce"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
 ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap", "pipelined")
+
+HIER_SUFFICES = 0.10
+"""An AllReduce whose ``hier-allreduce`` schedule is within this fraction above the physical
+bound skips the reversal (module docstring)."""
+
+
+def _hierarchical(instance: Instance, options: SolveOptions) -> tuple[Schedule, float] | None:
+    """``hier-allreduce``'s verified schedule of a ``"best"`` AllReduce and its distance above
+    the physical bound (``makespan / bound - 1``), or None where it does not apply."""
+    mode = str(options.extra.get("allreduce", "best")) if options.extra else "best"
+    if mode != "best":
+        return None
+    try:
+        outcome = sub_engine("hier-allreduce")(instance, options)
+    except ValidationError as exc:
+        log.debug("hier-allreduce does not apply: %s", exc)
+        return None
+    if outcome.schedule is None:
+        return None
+    from ccplan.physical import physical_bound
+
+    report = verify(instance, outcome.schedule)
+    if not report.ok or report.makespan_slots is None:
+        return None
+    bound = physical_bound(instance).us
+    excess = report.makespan_slots * instance.tau_us / bound - 1 if bound > 0 else float("inf")
+    return outcome.schedule, excess
 
 
 def _sub_instance(instance: Instance, topology: Any, collective: Any) -> Instance:
@@ -477,15 +511,33 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
         schedule = Schedule(sched.sends, method=f"{method}+reverse")
     elif kind == "allreduce":
         topo = instance.topology
+        hier = _hierarchical(instance, opts)
+        if hier is not None:
+            details["hier_excess"] = hier[1]
+            if hier[1] <= HIER_SUFFICES:
+                return _hier_outcome(hier[0], method, details, start, "reversal skipped")
+            spent = time.perf_counter() - start
+            if opts.time_limit is not None:
+                opts = replace(opts, time_limit=max(1e-3, opts.time_limit - spent))
         # the ReduceScatter half runs on the same slots as the AllReduce: keep the outages
         rs_instance = replace(instance, collective=reducescatter(topo, coll.chunks))
-        rs, rs_out = _reversed_phase(rs_instance, method, "reducescatter", _phase_options(opts, 0.5))
+        try:
+            rs, rs_out = _reversed_phase(rs_instance, method, "reducescatter", _phase_options(opts, 0.5))
+        except ValidationError as exc:
+            if hier is None:
+                raise
+            return _hier_outcome(hier[0], method, details, start, f"reversal failed: {exc}")
         rs_report = verify(rs_instance, rs)
         if not rs_report.ok or rs_report.makespan_slots is None:
             raise ValidationError(f"reversed ReduceScatter failed verification: {rs_report.violations[0]}")
         d_rs = rs_report.makespan_slots
         ag_instance = _sub_instance(instance, instance.topology, allgather(instance.topology, coll.chunks))
-        ag, ag_out = _run(method, ag_instance, _phase_options(opts, 0.5))
+        try:
+            ag, ag_out = _run(method, ag_instance, _phase_options(opts, 0.5))
+        except ValidationError as exc:
+            if hier is None:
+                raise
+            return _hier_outcome(hier[0], method, details, start, f"reversal failed: {exc}")
         mode = str(opts.extra.get("allreduce", "best")) if opts.extra else "best"
         if mode not in ALLREDUCE_MODES:
             raise ValidationError(f"extra.allreduce must be one of {ALLREDUCE_MODES}, got {mode!r}")
@@ -511,6 +563,8 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             cluster = None
         if cluster is not None and mode == "best":
             candidates.append(("cluster", cluster))
+        if hier is not None:
+            candidates.append(("hier", hier[0]))
         best: tuple[int, str, Schedule] | None = None
         for name, cand in candidates:
             rep = verify(instance, cand)
@@ -526,6 +580,16 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
         raise ValidationError(f"no combining construction for collective {kind!r}")
     details["seconds"] = time.perf_counter() - start
     return Outcome(schedule=schedule, status="feasible", details=details)
+
+
+def _hier_outcome(
+    schedule: Schedule, method: str, details: dict[str, Any], start: float, why: str
+) -> Outcome:
+    """The ``hier-allreduce`` schedule as the AllReduce of ``method`` (the reversal not run
+    or not finished: ``why``)."""
+    details.update(mode="hier", reversal=why, seconds=time.perf_counter() - start)
+    hier = Schedule(schedule.sends, method=f"{method}+hier")
+    return Outcome(schedule=hier, status="feasible", details=details)
 
 
 def needs_reversal(method: str, instance: Instance) -> bool:
