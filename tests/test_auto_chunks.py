@@ -124,3 +124,40 @@ def test_cli_chunks_auto_bad_use_exits_2(capsys, argv):
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chunks" in err[0]
+
+
+def test_one_doubling_that_gains_little_does_not_end_the_search(monkeypatch):
+    """A weak slot bound (below the physical one, as when it lets switches reduce) says nothing
+    about larger C. Times by C (a stand-in engine): 1 -> 200, 2 -> 160, 4 -> 159 (a gain under
+    1 %), 8 -> 120, 16 -> 102, 32 -> 101.5 (under 1 %), 64 -> 101.2 (under 1 % again); physical
+    bound 100 (none of them within 1 % of it), slot bound 50 us at every C. The search must go
+    past C = 4 and stop after two doublings in a row that gained under 1 %, at C = 64, keeping
+    C = 64's 101.2 us."""
+    from dataclasses import dataclass, field
+
+    import ccplan.pipeline.chunks as chunks
+
+    times = {1: 200.0, 2: 160.0, 4: 159.0, 8: 120.0, 16: 102.0, 32: 101.5, 64: 101.2, 128: 101.1}
+
+    @dataclass(frozen=True)
+    class Fake:
+        makespan_us: float
+        lower_bound_slots: int
+        verified: bool = True
+        physical_bound_us: float = 100.0
+        details: dict = field(default_factory=dict)
+
+    topo = ring(4, alpha_us=0.0)
+
+    def build(c: int):
+        return make_instance(topo, allreduce(topo, chunks=c), "1MB")
+
+    def fake_solve(instance, method, options):
+        c = instance.collective.chunks
+        return Fake(times[c], lower_bound_slots=max(1, round(50.0 / instance.tau_us)))
+
+    monkeypatch.setattr(chunks, "solve", fake_solve)
+    inst, result = solve_auto_chunks(build, "stand-in", SolveOptions(time_limit=600))
+    assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8, 16, 32, 64]
+    assert inst.collective.chunks == 64 and result.makespan_us == 101.2
+    assert "2 doublings in a row" in result.details["auto_stop"]

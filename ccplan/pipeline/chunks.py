@@ -4,8 +4,8 @@
 (1 %) of the physical bound (:func:`ccplan.physical.physical_bound`: any chunking, continuous
 alpha-beta time), and otherwise for as long as the slot model at ``C`` can still lose more than
 1 % to the physics (its own lower bound in microseconds, the slot bound at ``C`` times ``tau``,
-is more than 1 % above the physical bound) or the last doubling still gained more than 1 %,
-and time remains. There is no fixed cap on ``C``:
+is more than 1 % above the physical bound) or one of the last :data:`AUTO_PATIENCE` doublings
+still gained more than 1 %, and time remains. There is no fixed cap on ``C``:
 the memory budget refuses what would not fit, and that ends the search with the best
 schedule so far. The verified schedule with the shortest time in microseconds wins (a slot's
 length changes with ``C``, so slots would not compare).
@@ -31,8 +31,9 @@ AUTO_TOLERANCE = 0.01
 
 AUTO_PATIENCE = 2
 """``--chunks auto`` stops doubling ``C`` after this many candidates in a row that gave no
-verified schedule, and, without a physical bound (it could not be computed), after this many
-in a row that were not faster than the best so far."""
+verified schedule; once the slot model's bound is within 1 % of the physical bound, after this
+many doublings in a row that gained less than 1 %; and, without a physical bound (it could not
+be computed), after this many in a row that were not faster than the best so far."""
 
 AUTO_DEFAULT_SECONDS = 60.0
 """Without a time limit, how long ``--chunks auto`` keeps doubling ``C`` (the candidates'
@@ -79,7 +80,7 @@ def solve_auto_chunks(
     tried: dict[str, float | None] = {}
     best: tuple[float, Instance, Result] | None = None
     failure: str | None = None
-    misses = failures = 0
+    misses = failures = stale = 0
     physical: float | None = None
     stop = ""
     c = 1
@@ -114,6 +115,9 @@ def solve_auto_chunks(
         if result is not None and physical is None:
             physical = result.physical_bound_us
         gained = us is not None and (best is None or us < (1 - AUTO_TOLERANCE) * best[0])
+        # one doubling that gains little is not the end: a weak slot bound (e.g. one that lets
+        # switches reduce) says nothing about larger C, and the next doubling may gain again
+        stale = 0 if gained else stale + 1
         if us is not None and result is not None and (best is None or us < best[0]):
             best = (us, instance, result)
             misses = 0
@@ -124,10 +128,11 @@ def solve_auto_chunks(
                 stop = f"C={best[1].collective.chunks} within {AUTO_TOLERANCE:.0%} of the physical bound"
                 break
             slot_bound = None if result is None else result.lower_bound_slots * instance.tau_us
-            if slot_bound is not None and slot_bound <= (1 + AUTO_TOLERANCE) * physical and not gained:
+            close = slot_bound is not None and slot_bound <= (1 + AUTO_TOLERANCE) * physical
+            if close and stale >= AUTO_PATIENCE:
                 stop = (
                     f"the slot model's bound at C={c} is within {AUTO_TOLERANCE:.0%} of the physical bound "
-                    f"and doubling C gained less than {AUTO_TOLERANCE:.0%}"
+                    f"and {AUTO_PATIENCE} doublings in a row gained less than {AUTO_TOLERANCE:.0%}"
                 )
                 break
         elif misses >= AUTO_PATIENCE and best is not None:
