@@ -52,7 +52,7 @@ from ccplan.export.msccl_files import EXPORT_ATTEMPTS, choose_exports, write_pla
 from ccplan.export.nccl_table import csv_text
 from ccplan.instances.topology import Topology
 from ccplan.parsing import plain_number
-from ccplan.pipeline.solve import BUSBW_FACTORS, Result
+from ccplan.pipeline.solve import BUSBW_FACTORS, ROW_FIELDS, Result
 
 log = logging.getLogger(__name__)
 
@@ -266,23 +266,8 @@ def plan_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fill(row: dict[str, Any], result: Any, instance: Any) -> None:
     data = result.to_dict(instance)
-    for k in (
-        "status",
-        "makespan_slots",
-        "lower_bound_slots",
-        "gap",
-        "tau_us",
-        "makespan_us",
-        "algbw_GBps",
-        "verified",
-        "solve_seconds",
-        # what is proven and in which model, and the distance to the physics (any chunking)
-        "chunks",
-        "switch_model",
-        "physical_bound_us",
-        "physical_gap",
-        "claim",
-    ):
+    # what is proven and in which model, and the distance to the physics (any chunking)
+    for k in (*ROW_FIELDS, "chunks"):
         row[k] = data[k]
     row["lower_bound_us"] = result.lower_bound_slots * instance.tau_us
     if row.get("role") == "baseline":

@@ -48,7 +48,7 @@ from itertools import pairwise
 from ccplan.heuristics.baselines.nodes import node_ceiling, node_channels, node_groups
 from ccplan.heuristics.baselines.placer import _DEADLINE
 from ccplan.heuristics.baselines.routes import EPS as _EPS
-from ccplan.heuristics.baselines.routes import Channels, gpu_routes
+from ccplan.heuristics.baselines.routes import Channels, HopCapacity, gpu_routes
 from ccplan.instances.topology import Topology
 
 MAX_CHANNELS = 32
@@ -67,7 +67,7 @@ constructive rings."""
 
 
 # ====================================================================== search
-class _Packer:
+class _Packer(HopCapacity):
     """Rings at one per-channel speed on the residual link capacities."""
 
     def __init__(
@@ -91,17 +91,6 @@ class _Packer:
         self.adj = {g: sorted(routes[g]) for g in self.members}
 
     # ----------------------------------------------------------------- capacity
-    def _fits(self, g: int, h: int) -> bool:
-        links = self.hop_links.get((g, h))
-        return links is not None and all(self.residual[li] >= self.speed - _EPS for li in links)
-
-    def _room(self, g: int, h: int) -> float:
-        return min(self.residual[li] for li in self.hop_links[(g, h)])
-
-    def _take(self, g: int, h: int, sign: float) -> None:
-        for li in self.hop_links[(g, h)]:
-            self.residual[li] -= sign * self.speed
-
     def _take_ring(self, ring: Sequence[int], sign: float) -> None:
         for a, b in zip(ring, [*ring[1:], ring[0]], strict=True):
             self._take(a, b, sign)

@@ -41,7 +41,7 @@ from itertools import pairwise
 import numpy as np
 
 from ccplan.heuristics.baselines.placer import _DEADLINE
-from ccplan.heuristics.baselines.routes import EPS, Channels, Route, routes_from
+from ccplan.heuristics.baselines.routes import EPS, Channels, HopCapacity, Route, routes_from
 from ccplan.instances.clusters import _clusters_above, has_chassis
 from ccplan.instances.topology import Topology
 
@@ -102,7 +102,7 @@ def node_ceiling(topo: Topology, nodes: Nodes) -> float:
 
 
 # ====================================================================== one speed
-class _NodePacker:
+class _NodePacker(HopCapacity):
     """Channels at one per-channel speed on the residual link capacities."""
 
     def __init__(
@@ -131,17 +131,6 @@ class _NodePacker:
         self.pos = {g: i for group in self.groups for i, g in enumerate(group)}
 
     # ----------------------------------------------------------------- capacity
-    def _fits(self, g: int, h: int) -> bool:
-        links = self.hop_links.get((g, h))
-        return links is not None and all(self.residual[li] >= self.speed - EPS for li in links)
-
-    def _room(self, g: int, h: int) -> float:
-        return min(self.residual[li] for li in self.hop_links[(g, h)])
-
-    def _take(self, g: int, h: int, sign: float) -> None:
-        for li in self.hop_links[(g, h)]:
-            self.residual[li] -= sign * self.speed
-
     def _take_chain(self, chain: list[int], sign: float) -> None:
         for a, b in pairwise(chain):
             self._take(a, b, sign)

@@ -104,3 +104,26 @@ class Channels:
     def total_GBps(self) -> float:
         """Aggregate ring bandwidth ``k x speed``."""
         return self.k * self.speed_GBps
+
+
+class HopCapacity:
+    """Residual link capacity shared by channels that each take ``speed`` on every link of
+    every hop they use (NCCL's ring and chain search: a channel's speed is taken off each
+    link it crosses). Subclasses set ``speed``, ``residual`` (per link, GB/s) and
+    ``hop_links`` (GPU pair -> the links of its route)."""
+
+    speed: float
+    residual: list[float]
+    hop_links: dict[tuple[int, int], tuple[int, ...]]
+
+    def _fits(self, g: int, h: int) -> bool:
+        links = self.hop_links.get((g, h))
+        return links is not None and all(self.residual[li] >= self.speed - EPS for li in links)
+
+    def _room(self, g: int, h: int) -> float:
+        return min(self.residual[li] for li in self.hop_links[(g, h)])
+
+    def _take(self, g: int, h: int, sign: float) -> None:
+        for li in self.hop_links[(g, h)]:
+            self.residual[li] -= sign * self.speed
+
