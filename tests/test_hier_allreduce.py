@@ -23,32 +23,18 @@ from ccplan.physical import physical_bound
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.verify import verify
+from tests.switch_sums import in_switch_sums
 
 
 def _allreduce(topo, chunks: int, size: str = "1GB") -> Instance:  # type: ignore[no-untyped-def]
     return make_instance(topo, make_combining("allreduce", topo, chunks=chunks), size)
 
 
-def _in_switch_sums(instance: Instance, schedule: Schedule) -> int:
-    """Sends that reduce into a switch already holding part of the chunk (replayed on plain
-    holder sets, as in tests/test_switch_reduce.py)."""
-    lat = instance.latency
-    index = instance.topology.link_index
-    held: dict[tuple[int, tuple[int, int]], bool] = {}
-    count = 0
-    for s in sorted(schedule.sends, key=lambda x: x.slot + int(lat[index[(x.src, x.dst)]])):
-        if instance.topology.kind[s.dst] == "switch":
-            if s.reduce and held.get((s.dst, s.chunk), False):
-                count += 1
-            held[(s.dst, s.chunk)] = True
-    return count
-
-
 def _checked(instance: Instance, schedule: Schedule) -> int:
     report = verify(instance, schedule)
     assert report.ok, report.violations[:1]
     assert report.makespan_slots is not None
-    assert _in_switch_sums(instance, schedule) == 0
+    assert in_switch_sums(instance, schedule) == 0
     assert report.makespan_slots * instance.tau_us >= physical_bound(instance).us * (1 - 1e-9)
     return report.makespan_slots
 
@@ -143,6 +129,6 @@ def test_heuristic_allreduce_dgx2_x2_within_five_percent_of_the_physical_bound()
     result = solve(inst, "heuristic", SolveOptions(time_limit=60, workers=1))
     assert result.verified and result.schedule is not None
     assert result.details.get("mode") == "hier"
-    assert _in_switch_sums(inst, result.schedule) == 0
+    assert in_switch_sums(inst, result.schedule) == 0
     assert result.physical_bound_us is not None
     assert result.physical_bound_us <= result.makespan_us <= 1.05 * result.physical_bound_us

@@ -27,26 +27,12 @@ from ccplan.pipeline.solve import solve
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.relays import tree_relays, unfold_switch_sums
 from ccplan.schedule.verify import verify
+from tests.switch_sums import in_switch_sums
 
 
 def _with_reducing_switch(topo: Topology, switch: int) -> Topology:
     nodes = tuple(Node(n.id, n.kind, reduce=n.id == switch) for n in topo.nodes)
     return replace(topo, nodes=nodes)
-
-
-def _in_switch_sums(instance, schedule: Schedule) -> int:  # type: ignore[no-untyped-def]
-    """Sends that reduce into a switch that already holds part of the chunk (replayed here on
-    plain holder sets, apart from the verifier)."""
-    lat = instance.latency
-    index = instance.topology.link_index
-    held: dict[tuple[int, tuple[int, int]], bool] = {}
-    count = 0
-    for s in sorted(schedule.sends, key=lambda x: x.slot + int(lat[index[(x.src, x.dst)]])):
-        if instance.topology.kind[s.dst] == "switch":
-            if s.reduce and held.get((s.dst, s.chunk), False):
-                count += 1
-            held[(s.dst, s.chunk)] = True
-    return count
 
 
 # --------------------------------------------------------------------------- declaring it
@@ -131,7 +117,7 @@ def test_unfolded_switch_sum_relays_each_part(chain: bool) -> None:
     report = verify(inst, out)
     assert report.ok, report.violations[:2]
     assert report.makespan_slots == (4 if chain else 3)
-    assert _in_switch_sums(inst, out) == 0
+    assert in_switch_sums(inst, out) == 0
     # with the flag on, nothing is relayed: the sum stays
     assert unfold_switch_sums(replace(inst, switch_reduce=True), summed) is summed
 
@@ -161,7 +147,7 @@ def test_combining_engines_do_not_reduce_in_switches(topo: Topology, kind: str) 
             continue
         assert result.verified, (engine, result.report.violations[:2] if result.report else None)
         assert result.schedule is not None
-        assert _in_switch_sums(inst, result.schedule) == 0, engine
+        assert in_switch_sums(inst, result.schedule) == 0, engine
     on = replace(inst, switch_reduce=True)
     with_sums = solve(on, "heuristic", SolveOptions(time_limit=5, workers=1, seed=0))
     assert with_sums.verified
@@ -175,7 +161,7 @@ def test_cluster_allreduce_chains_through_an_nvswitch() -> None:
     inst = make_instance(topo, make_combining("allreduce", topo, chunks=1), "1GB")
     result = solve(inst, "cluster-allreduce", SolveOptions(time_limit=10, workers=1))
     assert result.verified and result.schedule is not None
-    assert _in_switch_sums(inst, result.schedule) == 0
+    assert in_switch_sums(inst, result.schedule) == 0
     assert solve(replace(inst, switch_reduce=True), "cluster-allreduce", SolveOptions(workers=1)).verified
 
 

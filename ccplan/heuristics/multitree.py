@@ -52,6 +52,7 @@ from ccplan.heuristics.baselines import Placer
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.relays import LinkBook
 
 log = logging.getLogger(__name__)
 
@@ -388,40 +389,20 @@ def multitree_engine(instance: Instance, options: SolveOptions) -> Outcome:
 
 
 # ====================================================================== cluster AllReduce
-class _Links:
-    """Earliest-fit booking of sends on the slotted links (occupancy, ``omega``, outages,
-    single-port), and the sends booked."""
+class _Links(LinkBook):
+    """:class:`~ccplan.schedule.relays.LinkBook` that also keeps the sends booked."""
 
     def __init__(self, instance: Instance) -> None:
-        self.instance = instance
-        self.occ = [int(x) for x in instance.occupancy]
+        super().__init__(instance)
         self.lat = [int(x) for x in instance.latency]
-        self.load: dict[tuple[int, int], int] = defaultdict(int)
-        self.sport: set[tuple[int, int]] = set()
-        self.rport: set[tuple[int, int]] = set()
         self.count = [0] * instance.topology.num_links
         self.sends: list[Send] = []
-
-    def _free(self, link: int, src: int, dst: int, t: int) -> bool:
-        inst = self.instance
-        for x in range(t, t + self.occ[link]):
-            if self.load[(link, x)] >= inst.omega(link, x):
-                return False
-            if inst.single_port and ((src, x) in self.sport or (dst, x) in self.rport):
-                return False
-        return True
 
     def send(self, chunk: Chunk, src: int, dst: int, ready: int, reduce: bool) -> tuple[int, int]:
         """Book ``src -> dst`` at the first free slot ``>= ready``; returns (start, arrival)."""
         link = self.instance.topology.link_index[(src, dst)]
-        t = max(0, ready)
-        while not self._free(link, src, dst, t):
-            t += 1
-        for x in range(t, t + self.occ[link]):
-            self.load[(link, x)] += 1
-            if self.instance.single_port:
-                self.sport.add((src, x))
-                self.rport.add((dst, x))
+        t = self.earliest(link, src, dst, max(0, ready))
+        self.book(link, src, dst, t)
         self.count[link] += 1
         self.sends.append(Send(slot=t, chunk=chunk, src=src, dst=dst, reduce=reduce))
         return t, t + self.lat[link]

@@ -178,8 +178,8 @@ def chained_relays(instance: Instance, schedule: Schedule) -> list[Relay] | None
     return relays
 
 
-class _Links:
-    """Booked link slots: ``omega`` with outages and, single-port, the ports."""
+class LinkBook:
+    """Booked link slots: ``omega`` with outages and, single-port, the ports (earliest fit)."""
 
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
@@ -227,7 +227,7 @@ def place_relays(
     """
     topo = instance.topology
     lat = [int(x) for x in instance.latency]
-    links = _Links(instance)
+    links = LinkBook(instance)
 
     def link_of(s: Send) -> int:
         return topo.link_index[(s.src, s.dst)]
