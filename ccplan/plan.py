@@ -13,7 +13,8 @@ engine's own time limit).
 
 For each (collective, size), the *best* is the verified schedule with the smallest makespan,
 a candidate's on a tie; a baseline that is strictly faster than every candidate is the best
-(its ``role`` says so): the user gets the fastest schedule we can verify. The best schedule is
+(its ``role`` says so): the user gets the fastest schedule we can verify and export (a faster
+one that no export option can write is passed over and listed in ``faster_without_xml``). It is
 exported to MSCCL XML, in-place and out-of-place, each with the first option set of
 :data:`EXPORT_ATTEMPTS` for that buffer mode whose XML passes
 :func:`ccplan.export.xml_validate.validate_xml` against the instance; the report names the
@@ -443,11 +444,29 @@ def run_plan(
                 best_rows.append(entry)
                 continue
             preference = [*request.methods, *request.baselines]
-            # the fastest verified schedule, whoever made it; on a tie a candidate's
-            best = min(
+            # the fastest verified schedule, whoever made it (a candidate's on a tie), that the
+            # runtime can load: one without any XML is passed over for the next (and said so)
+            ranked = sorted(
                 verified,
                 key=lambda r: (r["makespan_us"], r["role"] != "candidate", preference.index(r["method"])),
             )
+            stem = f"{coll}_{_slug(size)}"
+            passed_over: list[dict[str, Any]] = []
+            first_failures: list[str] | None = None
+            for best in ranked:
+                instance, schedule = Schedule.from_dict(best["schedule"])
+                exports, failures = choose_exports(instance, schedule, stem)
+                if exports:
+                    break
+                first_failures = first_failures if first_failures is not None else failures
+                passed_over.append(
+                    {"method": best["method"], "makespan_us": best["makespan_us"],
+                     "reason": failures[0] if failures else "no XML"}
+                )  # fmt: skip
+            else:  # nothing exports: the fastest, without XML (its reasons in xml_failures)
+                best, passed_over = ranked[0], []
+                instance, schedule = Schedule.from_dict(best["schedule"])
+                exports, failures = {}, first_failures or []
             # The tightest bound any cell of the same chunk count proved holds for every schedule
             # of this instance (a slot bound at another C, which --chunks auto may pick, does not).
             bound_slots = max(
@@ -455,11 +474,8 @@ def run_plan(
                 for r in cell
                 if r.get("lower_bound_slots") is not None and r.get("chunks") == best.get("chunks")
             )
-            instance, schedule = Schedule.from_dict(best["schedule"])
-            stem = f"{coll}_{_slug(size)}"
             sched_path = out / "schedules" / f"{stem}.json"
             save_schedule(sched_path, instance, schedule)
-            exports, failures = choose_exports(instance, schedule, stem)
             gap = (
                 (best["makespan_slots"] - bound_slots) / best["makespan_slots"]
                 if best["makespan_slots"]
@@ -468,6 +484,7 @@ def run_plan(
             entry.update(
                 method=best["method"],
                 role=best["role"],
+                faster_without_xml=passed_over,
                 status=best["status"],
                 makespan_us=best["makespan_us"],
                 makespan_slots=best["makespan_slots"],
@@ -718,6 +735,13 @@ def _markdown(
         for b in failed:
             for why in b.get("xml_failures", []):
                 lines.append(f"- {b['collective']} {b['size']}: {why}")
+    over = [(b, o) for b in best for o in b.get("faster_without_xml") or []]
+    if over:
+        lines += ["", "Faster schedules passed over because no export option could write them:", ""]
+        lines += [
+            f"- {b['collective']} {b['size']}: {o['method']} {_num(o['makespan_us'])} us ({o['reason']})"
+            for b, o in over
+        ]
     lines += [
         "",
         "## Every cell",

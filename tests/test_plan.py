@@ -269,3 +269,33 @@ def test_a_strictly_faster_baseline_is_the_best_and_exported(tmp_path: Path) -> 
     assert best["method"] == "ring" and best["role"] == "baseline"
     assert best["makespan_slots"] == 14
     assert {p.name for p in res.xml_files} == {"allgather_1GB.xml", "allgather_1GB_op.xml"}
+
+
+def test_a_faster_schedule_without_xml_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same plan as above (the ring 14 slots, MTEGCCA more), but no export option can write
+    the ring's schedule (stood in for here: at large C NCCL's rings need thousands of steps per
+    thread block, and runtimes load 64, legacy 256). The user gets the fastest schedule the
+    runtime can load, MTEGCCA's with its XML, and the plan lists the ring as passed over."""
+    import ccplan.plan as plan_module
+
+    real = plan_module.choose_exports
+
+    def choose(instance, schedule, name):  # type: ignore[no-untyped-def]
+        if "ring" in (schedule.method or ""):
+            return {}, ["refused for the test"]
+        return real(instance, schedule, name)
+
+    monkeypatch.setattr(plan_module, "choose_exports", choose)
+    topo = resolve_topology("dgx1")
+    req = PlanRequest(
+        topo, ("allgather",), ("1GB",), methods=("mteg",), baselines=("ring",), chunks=6, time_limit=5
+    )
+    res = run_plan(req, tmp_path / "p", plots=False)
+    plan = json.loads((tmp_path / "p" / "plan.json").read_text())
+    (best,) = plan["best"]
+    assert best["method"] == "mteg" and best["xml"]
+    (over,) = best["faster_without_xml"]
+    assert over["method"] == "ring" and over["makespan_us"] < best["makespan_us"]
+    assert "refused for the test" in over["reason"]
+    assert "passed over" in (tmp_path / "p" / "report.md").read_text()
+    assert {p.name for p in res.xml_files} == {"allgather_1GB.xml", "allgather_1GB_op.xml"}

@@ -74,8 +74,8 @@ def cut_through_twin(name: str, engine: Engine) -> Engine:
 
 
 PORTFOLIOS: frozenset[str] = frozenset({"heuristic"})
-"""Methods that are portfolios: on a combining instance they also try NCCL's rings
-(:func:`_with_ring`), re-timed for cut-through where the switches are."""
+"""Methods that are portfolios: on a cut-through combining instance they also try NCCL's rings
+re-timed (:func:`_with_ring`)."""
 
 RING_SHARE = 0.2
 """Share of the time limit the portfolio's ring candidate may take after the reversal."""
@@ -128,11 +128,14 @@ def time_reversal(name: str, engine: Engine) -> Engine:
                 outcome: Outcome = solve_on_twin(
                     lambda inst, opts: solve_combining(inst, name, opts), instance, options
                 )
-            else:
-                outcome = solve_combining(instance, name, options)
-            if name in PORTFOLIOS:
-                outcome = _with_ring(instance, options, outcome)
-            return outcome
+                if name in PORTFOLIOS:
+                    outcome = _with_ring(instance, options, outcome)
+                return outcome
+            # Store-and-forward: no ring candidate here. At the chunk counts --chunks auto
+            # reaches, NCCL's rings need thousands of steps per thread block, which no MSCCL
+            # runtime loads (64, legacy 256); `plan` sets the ring baseline beside the best and
+            # takes it where it is faster and exportable.
+            return solve_combining(instance, name, options)
         return engine(instance, options)
 
     return run
