@@ -271,7 +271,9 @@ def test_a_strictly_faster_baseline_is_the_best_and_exported(tmp_path: Path) -> 
     assert {p.name for p in res.xml_files} == {"allgather_1GB.xml", "allgather_1GB_op.xml"}
 
 
-def test_a_faster_schedule_without_xml_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_faster_schedule_without_xml_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same plan as above (the ring 14 slots, MTEGCCA more), but no export option can write
     the ring's schedule (stood in for here: at large C NCCL's rings need thousands of steps per
     thread block, and runtimes load 64, legacy 256). The user gets the fastest schedule the
