@@ -155,8 +155,13 @@ class TreePlan:
     node_ids: tuple[int, ...]
 
 
-def plan_trees(instance: Instance, deadline: Deadline, extra: Any = None) -> TreePlan:
-    """Rate and packing of ``instance`` (steps 1 and 2 of the module docstring)."""
+def plan_trees(
+    instance: Instance, deadline: Deadline, extra: Any = None, relays: frozenset[int] = frozenset()
+) -> TreePlan:
+    """Rate and packing of ``instance`` (steps 1 and 2 of the module docstring); ``relays``
+    (node positions) are switches whose paths the packing's loads do not merge
+    (:func:`~ccplan.heuristics.trees_pack.link_loads`: the trees of a reduction whose switches
+    cannot add)."""
     extra = extra or {}
     roots, terminals = roots_and_terminals(instance)
     net = slot_network(instance)
@@ -173,18 +178,20 @@ def plan_trees(instance: Instance, deadline: Deadline, extra: Any = None) -> Tre
         packing = greedy_trees(net, r_pos, t_pos, float(x_star))
     else:
         gap = float(extra.get("trees_gap", 1e-3))
-        key = (net.src, net.dst, net.cap, tuple(r_pos), tuple(t_pos), gap)
+        key = (net.src, net.dst, net.cap, tuple(r_pos), tuple(t_pos), gap, tuple(sorted(relays)))
         first, seed = _PACKINGS.pop(key, (None, None))
         if first is None:
             share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
-            first = pack_trees(net, r_pos, t_pos, float(x_star), share, gap=gap)
+            first = pack_trees(net, r_pos, t_pos, float(x_star), share, gap=gap, relays=relays)
         else:
             log.info("trees: the packing of an earlier instance with these capacities (another C)")
         packing = first
         if extra.get("trees_shallow", True):
             share = Deadline(min(deadline.at, time.perf_counter() + _SHALLOW_SHARE * deadline.remaining()))
             start_from = first if seed is None else replace(seed, rate=first.rate)
-            packing = shallow_packing(net, start_from, t_pos, [float(x) for x in instance.latency], share)
+            packing = shallow_packing(
+                net, start_from, t_pos, [float(x) for x in instance.latency], share, relays=relays
+            )
             seed = packing if packing is not start_from else seed
         _PACKINGS[key] = (first, seed)
         while len(_PACKINGS) > _PACKINGS_KEPT:

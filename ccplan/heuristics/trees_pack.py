@@ -31,6 +31,12 @@ off would create, so the LP optimum is ``x*`` whenever the splitting theorem app
 switch with equal in- and out-capacity). Mapped back, two paths of one tree that meet at a
 switch are merged (the switch stores the chunk and copies it), which only frees capacity.
 
+**Switches that cannot reduce** (``relays``: the reduction built from these trees, reversed in
+time, relays every partial sum through such a switch instead of adding it there): two paths
+of one tree through such a switch are not merged in the load a tree puts on a link
+(:func:`link_loads`), so the LP charges each terminal-level arc for its own links, exactly
+the splitting-off accounting, and the rate stays ``x*`` wherever splitting-off applies.
+
 Large instances (more terminals than :data:`PACK_LIMIT`) get one load-balanced shortest-path
 tree per root instead (:func:`greedy_trees`): no optimality claim, linear work.
 """
@@ -298,6 +304,23 @@ class Packing:
         }
 
 
+def link_loads(
+    tree: Tree, src: Sequence[int], dst: Sequence[int], relays: frozenset[int] = frozenset()
+) -> dict[int, int]:
+    """Per link of ``tree``, the number of terminal-level arcs that use it: 1 for a link into
+    a node outside ``relays``, the sum over the tree links out of it for a link into a relay
+    (module docstring). Every link counts 1 when ``relays`` is empty."""
+    if not relays:
+        return dict.fromkeys(tree.links, 1)
+    below: dict[int, int] = {}
+    out: dict[int, int] = {}
+    for e in reversed(tree.links):
+        b = dst[e]
+        out[e] = below.get(b, 0) if b in relays else 1
+        below[src[e]] = below.get(src[e], 0) + out[e]
+    return out
+
+
 class _Paths:
     """Cheapest paths between terminals through relay nodes only, under per-link costs.
 
@@ -376,10 +399,12 @@ class _Master:
         self.h = h
         self.inf = inf
 
-    def add(self, tree: Tree) -> None:
+    def add(self, tree: Tree, loads: dict[int, int] | None = None) -> None:
         idx = np.array([self.row_of[tree.root]] + [self.nr + e for e in tree.links], dtype=np.int32)
         vals = np.ones(len(idx))
         vals[0] = -1.0
+        if loads is not None:
+            vals[1:] = [loads[e] for e in tree.links]
         self.h.addCol(0.0, 0.0, self.inf, len(idx), idx, vals)
 
     def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
@@ -400,6 +425,7 @@ def pack_trees(
     gap: float = 1e-3,
     max_iterations: int = 500,
     seed_rounds: int = 6,
+    relays: frozenset[int] = frozenset(),
 ) -> Packing:
     """Fractional tree packing by column generation (module docstring).
 
@@ -410,6 +436,8 @@ def pack_trees(
     optimal : float
         ``x*`` from :func:`optimal_rate`; the generation stops once the LP is within ``gap``
         of it (relative), when no tree prices out, or at the deadline.
+    relays : frozenset of int
+        Switches (positions) whose paths are not merged in the loads (:func:`link_loads`).
 
     Returns
     -------
@@ -438,12 +466,13 @@ def pack_trees(
             w, pred = paths.matrix(length)
             rp = paths.pos[r]
             links = paths.tree(min_arborescence(w, rp), rp, pred)
-            load[list(links)] += 1.0
+            loads = link_loads(Tree(r, links), net.src, net.dst, relays)
+            load[list(loads)] += list(loads.values())
             key = (r, tuple(sorted(links)))
             if key not in seen:
                 seen.add(key)
                 columns.append(Tree(r, links))
-                master.add(columns[-1])
+                master.add(columns[-1], loads)
         if deadline.expired:
             break
     if columns:
@@ -459,14 +488,15 @@ def pack_trees(
             rp = paths.pos[r]
             parent = min_arborescence(w, rp)
             links = paths.tree(parent, rp, pred)
-            if float(pi[list(links)].sum()) >= sigma[i] - 1e-9:
+            loads = link_loads(Tree(r, links), net.src, net.dst, relays)
+            if float(np.dot(pi[list(loads)], list(loads.values()))) >= sigma[i] - 1e-9:
                 continue
             key = (r, tuple(sorted(links)))
             if key in seen:
                 continue
             seen.add(key)
             columns.append(Tree(r, links))
-            master.add(columns[-1])
+            master.add(columns[-1], loads)
             added += 1
         if not added:
             break

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import dijkstra
 
-from ccplan.heuristics.trees_pack import Network, Packing, Tree
+from ccplan.heuristics.trees_pack import Network, Packing, Tree, link_loads
 from ccplan.limits import NEVER, Deadline
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ def shallow_packing(
     latency: Sequence[float],
     deadline: Deadline = NEVER,
     max_rounds: int = 40,
+    relays: frozenset[int] = frozenset(),
 ) -> Packing:
     """The packing's rate with shallower trees (module docstring).
 
@@ -98,6 +99,9 @@ def shallow_packing(
     terminals : sequence of int
     latency : sequence of float
         Link latencies ``L`` in slots (by link position).
+    relays : frozenset of int
+        Switches whose paths a tree's load does not merge
+        (:func:`~ccplan.heuristics.trees_pack.link_loads`).
 
     Returns
     -------
@@ -135,9 +139,10 @@ def shallow_packing(
         if key in seen:
             return False
         seen.add(key)
+        loads = link_loads(tree, net.src, net.dst, relays)
         d = depth(tree, net.src, net.dst, lat)
         idx = np.array([row_of[tree.root]] + [nr + e for e in tree.links], dtype=np.int32)
-        h.addCol(d * d, 0.0, inf, len(idx), idx, np.ones(len(idx)))
+        h.addCol(d * d, 0.0, inf, len(idx), idx, np.array([1.0] + [float(loads[e]) for e in tree.links]))
         columns.append(Tree(tree.root, tree.links))
         costs.append(d * d)
         return True
@@ -169,8 +174,10 @@ def shallow_packing(
             for mu in _MUS:
                 links = _spt(net, r, pi + mu * scale * lat + 1e-9, term)
                 tree = Tree(r, links)
+                loads = link_loads(tree, net.src, net.dst, relays)
                 d = depth(tree, net.src, net.dst, lat)
-                if d * d + float(pi[list(links)].sum()) < sigma[row_of[r]] - 1e-9 and add(tree):
+                priced = float(np.dot(pi[list(loads)], list(loads.values())))
+                if d * d + priced < sigma[row_of[r]] - 1e-9 and add(tree):
                     added += 1
             if deadline.expired:
                 break

@@ -36,7 +36,10 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   kept when the AllGather ends by ``D``); and every candidate that still breaks a rule is
   repaired by :func:`retime`, which re-places the sends in slot order against the link,
   ports and outages while keeping each partial sum's inputs. Every returned schedule is
-  verified.
+  verified. For ``trees`` with switches that cannot reduce, the reduction of
+  :mod:`ccplan.heuristics.trees_reduce` (trees packed and placed with one partial sum per
+  path through such a switch) comes first; it is the only candidate above
+  :data:`NATIVE_ONLY_ABOVE` chunks, where the relays' placement is too slow to try as well.
 - **Reduce** = Broadcast on the reversed topology, reversed the same way.
 - **AllReduce** = ReduceScatter (as above, against the outages), then the AllGather of the
   engine on the original topology shifted by the ReduceScatter makespan (``"concat"``).
@@ -268,6 +271,48 @@ OUTAGE_ROUNDS = 4
 """Horizons :func:`_reversed_phase` tries with the outages reflected (module docstring)."""
 
 
+NATIVE_REDUCTION: frozenset[str] = frozenset({"trees"})
+"""Methods whose reduction through switches that cannot reduce is built by
+:mod:`ccplan.heuristics.trees_reduce` (reduce trees whose paths through such a switch are
+packed and placed one by one) instead of relaying the reflected AllGather's switch sums."""
+
+
+NATIVE_ONLY_ABOVE = 512
+"""Chunks in all (C x GPUs) above which the native reduction, when it applies, is the only
+candidate; below, the relayed reflections are tried as well and the shortest is kept (on a
+two-chassis fabric of four GPUs the relays meet the bound, the native reduction is 2 slots
+longer)."""
+
+
+def _native_reduction(
+    instance: Instance, method: str, options: SolveOptions
+) -> tuple[Schedule, Outcome] | None:
+    """The reduction of :mod:`ccplan.heuristics.trees_reduce` when it applies to ``method`` and
+    ``instance`` and verifies, else None (the generic reversal follows). A relayed
+    reflection of a tree that branches in such a switch sends one partial sum per branch over
+    the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32)."""
+    from ccplan.heuristics.trees_reduce import applies, reduction_schedule
+    from ccplan.limits import Deadline, OutOfTimeError
+
+    if method not in NATIVE_REDUCTION or not applies(instance):
+        return None
+    start = time.perf_counter()
+    deadline = Deadline.after(options.time_limit)
+    try:
+        schedule = reduction_schedule(instance, deadline, options.extra)
+    except (OutOfTimeError, ValidationError) as exc:
+        log.info("reversal: the trees reduction gave nothing (%s); relayed reflections follow", exc)
+        return None
+    report = verify(instance, schedule)
+    if not report.ok:
+        log.error("the trees reduction fails verification: %s", report.violations[0])
+        return None
+    details = {
+        "reduction": "trees_reduce", "slots": report.makespan_slots, "seconds": time.perf_counter() - start,
+    }
+    return schedule, Outcome(schedule=schedule, status="feasible", details=details)
+
+
 def _reversed_phase(
     instance: Instance, method: str, kind: str, options: SolveOptions
 ) -> tuple[Schedule, Outcome]:
@@ -288,6 +333,9 @@ def _reversed_phase(
     else:
         twin = broadcast(rev, chunks=coll.chunks, root=coll.root)
     rev_instance = _sub_instance(instance, rev, twin)
+    native = _native_reduction(instance, method, options)
+    if native is not None and coll.chunks * len(topo.gpus) > NATIVE_ONLY_ABOVE:
+        return native  # the relayed reflections' placement grows too fast to try as well
     # Unequal delays at a node make the per-link reflection shift its links by different
     # constants, which breaks single-port; the uniform-delay twin's reflection keeps it.
     uniform = not ports_reflect(instance)
@@ -295,6 +343,8 @@ def _reversed_phase(
     phase = _phase_options(options, 1 / runs)
     schedule, outcome = _run(method, rev_instance, phase)
     best: tuple[int, Schedule] | None = None
+    if native is not None:
+        best = (int(native[1].details["slots"]), native[0])  # verified in _native_reduction
     failure = ""
 
     def consider(tree: Schedule) -> None:
