@@ -243,3 +243,26 @@ def test_cli_switch_reduce_and_msccl_refusal(tmp_path: Path, capsys: pytest.Capt
     plain = tmp_path / "off.json"
     assert main([*args, "--out", str(plain)]) == 0
     assert main(["export", str(plain), "--format", "msccl-xml", "--out", str(tmp_path / "off.xml")]) == 0
+
+
+def test_relay_placement_stops_at_its_deadline() -> None:
+    """Unfolding many switch sums is a slot-by-slot search that grows fast with C, so it takes a
+    deadline: Reduce of 300 chunks on a star of 4 GPUs, every chunk summed in the switch (3
+    inputs each, 900 relays). With a deadline already past it raises OutOfTimeError (within its
+    first 256 relays); without one the unfolded schedule verifies with no switch sum."""
+    from ccplan.limits import Deadline, OutOfTimeError
+
+    topo = star_switch(4, alpha_us=0.0)
+    c = 300
+    inst = make_instance(topo, make_combining("reduce", topo, chunks=c, root=0), "64MB")
+    chunks = sorted({ch for ch, _ in inst.collective.post})
+    sends = []
+    for t, ch in enumerate(chunks):
+        sends += [Send(t, ch, g, 4, True) for g in (1, 2, 3)]
+        sends.append(Send(t + 1, ch, 4, 0, True))
+    summed = Schedule(tuple(sends))
+    with pytest.raises(OutOfTimeError):
+        unfold_switch_sums(inst, summed, False, Deadline.after(0.0))
+    out = unfold_switch_sums(inst, summed, False)
+    assert out is not None and verify(inst, out).ok
+    assert in_switch_sums(inst, out) == 0

@@ -80,6 +80,7 @@ from ccplan.instances.collectives import Chunk, allgather, broadcast
 from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
+from ccplan.limits import Deadline, OutOfTimeError
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.relays import chained_relays, place_relays, unfold_switch_sums
 from ccplan.schedule.verify import verify
@@ -292,7 +293,6 @@ def _native_reduction(
     reflection of a tree that branches in such a switch sends one partial sum per branch over
     the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32)."""
     from ccplan.heuristics.trees_reduce import applies, reduction_schedule
-    from ccplan.limits import Deadline, OutOfTimeError
 
     if method not in NATIVE_REDUCTION or not applies(instance):
         return None
@@ -341,6 +341,7 @@ def _reversed_phase(
     uniform = not ports_reflect(instance)
     runs = 1 + uniform + (OUTAGE_ROUNDS if instance.outages else 0)
     phase = _phase_options(options, 1 / runs)
+    relay_deadline = Deadline.after(options.time_limit)
     schedule, outcome = _run(method, rev_instance, phase)
     best: tuple[int, Schedule] | None = None
     if native is not None:
@@ -350,9 +351,13 @@ def _reversed_phase(
     def consider(tree: Schedule) -> None:
         nonlocal failure
         # a sum in a switch that cannot reduce is relayed: to the switch's successor (star)
-        # or from sender to sender (chain); both are tried
+        # or from sender to sender (chain); both are tried, within the phase's time
         for chain in (False, True):
-            unfolded = unfold_switch_sums(instance, tree, chain)
+            try:
+                unfolded = unfold_switch_sums(instance, tree, chain, relay_deadline)
+            except OutOfTimeError:
+                failure = failure or "the time limit was reached while relaying switch sums"
+                return
             if unfolded is None:
                 failure = failure or "a reflection is not a reduction tree: its switch sums cannot be relayed"
                 return

@@ -33,6 +33,7 @@ from itertools import pairwise
 from ccplan.errors import ValidationError
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
+from ccplan.limits import Deadline
 from ccplan.schedule.core import Schedule, Send
 
 
@@ -215,9 +216,11 @@ def place_relays(
     relays: Sequence[Relay],
     method: str = "",
     inputs: Mapping[Relay, Sequence[Relay]] | None = None,
+    deadline: Deadline | None = None,
 ) -> Schedule:
     """Place ``relays`` (module docstring): among those whose inputs are placed, the first in
-    the order given, until all are.
+    the order given, until all are; past ``deadline`` it raises
+    :class:`~ccplan.limits.OutOfTimeError` (the slot-by-slot search grows fast with C).
 
     A relay starts after its ``inputs`` arrived; by default they are the relays of its chunk
     that ended at its sender no later than its own first hop, in their original slots. Each
@@ -255,8 +258,12 @@ def place_relays(
     arrived: dict[Relay, int] = {}
     busy: dict[tuple[Chunk, int], list[tuple[int, int]]] = defaultdict(list)
     out: list[Send] = []
+    placed = 0
     while ready:
         _, r = heapq.heappop(ready)
+        placed += 1
+        if deadline is not None and placed % 256 == 0:
+            deadline.check()
         t0 = max((arrived[d] for d in inputs[r]), default=0)
         while True:
             plan: list[int] = []
@@ -291,7 +298,9 @@ def place_relays(
     return Schedule(tuple(sorted(out)), method=method)
 
 
-def unfold_switch_sums(instance: Instance, schedule: Schedule, chain: bool = False) -> Schedule | None:
+def unfold_switch_sums(
+    instance: Instance, schedule: Schedule, chain: bool = False, deadline: Deadline | None = None
+) -> Schedule | None:
     """The tree-form reduction ``schedule`` with every sum in a switch that cannot reduce
     turned into relays (star or ``chain``, :func:`tree_relays`), placed in the order of their
     first hops' slots (module docstring).
@@ -307,4 +316,4 @@ def unfold_switch_sums(instance: Instance, schedule: Schedule, chain: bool = Fal
         return None
     relays, inputs = found
     relays.sort(key=lambda r: (r.hops[0].slot, r.chunk, r.src, r.dst))
-    return place_relays(instance, relays, method=schedule.method, inputs=inputs)
+    return place_relays(instance, relays, method=schedule.method, inputs=inputs, deadline=deadline)
