@@ -54,6 +54,7 @@ from ccplan.heuristics.trees import (
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline
+from ccplan.schedule.combining import ports_reflect
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.relays import relaying_switches
 
@@ -70,14 +71,7 @@ def applies(instance: Instance) -> bool:
         return False
     if not relaying_switches(instance):
         return False
-    if instance.single_port:
-        topo = instance.topology
-        delay = instance.delay
-        for links in (topo.out_links, topo.in_links):
-            for js in links.values():
-                if len({int(delay[j]) for j in js}) > 1:
-                    return False
-    return True
+    return ports_reflect(instance)
 
 
 def _twin(instance: Instance) -> Instance:

@@ -81,6 +81,7 @@ from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
 from ccplan.limits import Deadline, OutOfTimeError
+from ccplan.schedule.combining import ports_reflect
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.relays import chained_relays, place_relays, unfold_switch_sums
 from ccplan.schedule.verify import verify
@@ -211,22 +212,6 @@ def reverse_schedule(
     shift = min(t for t, _ in raw) if horizon is None else 0
     sends = tuple(Send(slot=t - shift, chunk=s.chunk, src=s.dst, dst=s.src, reduce=True) for t, s in raw)
     return Schedule(sends, method=schedule.method)
-
-
-def ports_reflect(instance: Instance) -> bool:
-    """Whether the per-link reflection keeps the port rule: always without single-port;
-    with it, when the links out of every node share one ``delta`` and so do the links into
-    every node (then a node's links are all reflected by one constant). ``l`` may differ.
-    (docs/collectives.md, "Duality".)"""
-    if not instance.single_port:
-        return True
-    topo = instance.topology
-    delay = instance.delay
-    for links in (topo.out_links, topo.in_links):
-        for js in links.values():
-            if len({int(delay[j]) for j in js}) > 1:
-                return False
-    return True
 
 
 def _uniform_delay(instance: Instance) -> Instance:

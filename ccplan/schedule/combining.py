@@ -247,3 +247,19 @@ def verify_combining(instance: Instance, schedule: Schedule) -> Report:
         num_sends=len(schedule.sends),
         arrivals=dict(full_at),
     )
+
+
+def ports_reflect(instance: Instance) -> bool:
+    """Whether the per-link reflection keeps the port rule: always without single-port;
+    with it, when the links out of every node share one ``delta`` and so do the links into
+    every node (then a node's links are all reflected by one constant). ``l`` may differ.
+    (docs/collectives.md, "Duality".)"""
+    if not instance.single_port:
+        return True
+    topo = instance.topology
+    delay = instance.delay
+    for links in (topo.out_links, topo.in_links):
+        for js in links.values():
+            if len({int(delay[j]) for j in js}) > 1:
+                return False
+    return True
