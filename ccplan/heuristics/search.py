@@ -221,28 +221,31 @@ def heuristic_search(
         if multi_chunk and instance.collective.kind in KINDS:
             consider("trees", lambda: trees_schedule(instance, stage_deadline()))
 
-    def nccl_rings() -> None:
-        # NCCL's rings split the data over k channels: with C a multiple of k (or many chunks)
-        # they fill every link the search kept, which the tree heuristics can miss by a slot.
+    def baseline(name: str, left: float, *, count_timeout: bool) -> None:
+        # the registered baseline: ``instance`` is already the problem this engine was given
+        # (the pipeline's twin or reversal, if any, has been applied)
         from ccplan.contract import registered
         from ccplan.heuristics.baselines import supports
 
-        if not multi_chunk or not supports(NCCL_RING, instance.collective.kind):
+        if not supports(name, instance.collective.kind) or left <= 0:
             return
-        left = stage_deadline().remaining()
-        if left <= 0:
-            return
-
         try:
-            out = registered(NCCL_RING)(instance, SolveOptions(time_limit=left))
+            out = registered(name)(instance, SolveOptions(time_limit=left))
         except (CCPlanError, RecursionError) as exc:  # no ring through this topology
-            log.debug("heuristic: no %s stage: %s", NCCL_RING, exc)
+            log.debug("heuristic: no %s stage: %s", name, exc)
             return
         if out.schedule is None:
-            timed_out.append(NCCL_RING)
+            if count_timeout:
+                timed_out.append(name)
             return
         schedule = out.schedule
-        consider(NCCL_RING, lambda: schedule)
+        consider(name, lambda: schedule)
+
+    def nccl_rings() -> None:
+        # NCCL's rings split the data over k channels: with C a multiple of k (or many chunks)
+        # they fill every link the search kept, which the tree heuristics can miss by a slot.
+        if multi_chunk:
+            baseline(NCCL_RING, stage_deadline().remaining(), count_timeout=True)
 
     def done() -> bool:
         return best is not None and best.makespan <= bound
@@ -254,22 +257,7 @@ def heuristic_search(
     def safety_net() -> None:
         # Under a hard limit, a classic ring (seconds even for 16000 chunks) first, so that a
         # verified schedule exists when no MTEG variant completes in time.
-        from ccplan.contract import registered
-        from ccplan.heuristics.baselines import supports
-
-        left = hard.remaining()
-        if not supports(SAFETY_NET, instance.collective.kind) or left <= 0:
-            return
-        try:
-            # the registered baseline: ``instance`` is already the problem this engine was
-            # given (the pipeline's twin or reversal, if any, has been applied)
-            out = registered(SAFETY_NET)(instance, SolveOptions(time_limit=left))
-        except (CCPlanError, RecursionError) as exc:  # no ring through this topology
-            log.debug("heuristic: no %s fallback: %s", SAFETY_NET, exc)
-            return
-        if out.schedule is not None:
-            schedule = out.schedule
-            consider(SAFETY_NET, lambda: schedule)
+        baseline(SAFETY_NET, hard.remaining(), count_timeout=False)
 
     def run_all() -> None:
         if time_limit is not None:
