@@ -82,20 +82,17 @@ RING_SHARE = 0.2
 
 
 def _with_ring(instance: Instance, options: SolveOptions, outcome: Outcome) -> Outcome:
-    """The shorter verified of ``outcome`` and the ``ring`` baseline (NCCL's k channels).
+    """The shorter verified of ``outcome`` and the ``ring`` baseline (NCCL's k channels)
+    re-timed for the cut-through ``instance``.
 
-    The rings reduce natively, at GPUs only, so on machines where the reversal of a tree
-    packing pays for relays (switches that cannot reduce) or loses a slot to rounding, the
-    classic ``2 (N-1)/N x M / B`` of an AllReduce over k channels can be the shorter one.
-    Through a cut-through switch each ring step is one transfer once re-timed
-    (docs/model.md, "Cut-through switches")."""
+    The rings reduce at GPUs only, and through a cut-through switch each ring step is one
+    transfer once re-timed, so they reach the classic ``2 (N-1)/N x M / B`` of an AllReduce
+    where the reversal of a switch multicast pays for relays (docs/model.md, "Cut-through
+    switches")."""
     limit = None if options.time_limit is None else max(1.0, RING_SHARE * options.time_limit)
     ring_options = replace(options, time_limit=limit)
     try:
-        if instance.bufferless:
-            ring = solve_on_twin(registered("ring"), instance, ring_options)
-        else:
-            ring = registered("ring")(instance, ring_options)
+        ring = solve_on_twin(registered("ring"), instance, ring_options)
     except ValidationError:
         return outcome  # the ring does not apply (e.g. no ring through this topology)
     if ring.schedule is None:
@@ -107,8 +104,7 @@ def _with_ring(instance: Instance, options: SolveOptions, outcome: Outcome) -> O
         theirs = verify(instance, outcome.schedule)
         if theirs.ok and theirs.makespan_slots is not None and theirs.makespan_slots <= mine.makespan_slots:
             return replace(outcome, details={**outcome.details, "ring_slots": mine.makespan_slots})
-    what = "NCCL-style ring" + (" re-timed for cut-through" if instance.bufferless else "")
-    details = {**ring.details, "portfolio": what}
+    details = {**ring.details, "portfolio": "NCCL-style ring re-timed for cut-through"}
     if outcome.schedule is not None:
         details["reversal"] = dict(outcome.details)
     return replace(ring, details=details)
