@@ -70,6 +70,7 @@ from scipy.sparse.csgraph import connected_components
 from ccplan.errors import ValidationError
 from ccplan.instances.instance import Instance
 from ccplan.physical._flow import BYTES_PER_US_PER_GBPS, FlowProblem, Member, Net, pair_maxflow
+from ccplan.physical._gossip import gossip_value
 from ccplan.physical._symmetry import gpu_orbits
 
 log = logging.getLogger(__name__)
@@ -450,7 +451,7 @@ def _clusters(net: Net) -> list[np.ndarray]:
     return out
 
 
-def _gossip_part(net: Net, plan: _Plan, reducing: np.ndarray) -> float:
+def _gossip_part(net: Net, plan: _Plan, reducing: np.ndarray, notes: list[str]) -> float:
     """``2 (g - 1) M / B_into_groups`` over GPU groups (docs/model.md, "gossip"); ``reducing``
     marks the nodes that may add partial sums besides the GPUs (switches with in-network
     reduction): a partition counts only when each of them lies in a group."""
@@ -470,16 +471,7 @@ def _gossip_part(net: Net, plan: _Plan, reducing: np.ndarray) -> float:
         if (labels[reducing] < 0).any():
             continue  # a reducing switch outside every group would not only relay
         partitions.append(labels)
-    best = 0.0
-    for labels in partitions:
-        groups = len(set(labels[labels >= 0].tolist()))
-        if groups < 2:
-            continue
-        head = labels[net.dst]
-        into = (head >= 0) & (labels[net.src] != head)
-        cap = float(net.bw[into].sum())
-        best = max(best, 2 * (groups - 1) * total / cap)
-    return best
+    return gossip_value(net, partitions, net.gpu | reducing, total, notes)
 
 
 def _reducing_mask(instance: Instance, switch_reduce: bool | Collection[int] | None) -> np.ndarray:
@@ -556,7 +548,7 @@ def physical_bound(
         flows += more
         parts["windowed"] = win
     if plan.allreduce_bytes > 0:
-        parts["gossip"] = _gossip_part(net, plan, _reducing_mask(instance, switch_reduce))
+        parts["gossip"] = _gossip_part(net, plan, _reducing_mask(instance, switch_reduce), notes)
     us = max(parts.values())
     binding = next(name for name in PART_NAMES if name in parts and parts[name] == us)
     log.info(
