@@ -40,8 +40,10 @@ Parts (each a valid bound on its own; ``us`` is their maximum)
     AllReduce only. Without in-switch reduction (``switch_reduce=False``): every byte position
     needs ``2 (N - 1)`` receptions at GPUs, so ``T >= 2 (N - 1) M / sum_v B_in(v)`` (= ``2
     (N-1)/N M / B`` on a symmetric NVSwitch machine); the same over groups of GPUs (bandwidth
-    clusters) with ``g`` groups, ``2 (g - 1) M / B_into_groups``, which stays valid when every
-    switch that may reduce lies in a group (``switch_reduce`` names them: all, none or some).
+    clusters) with ``g`` groups, ``2 (g - 1) M / sum_G F_G``, ``F_G`` the max-flow into ``G``
+    from the GPUs (and reducing switches) outside it (:mod:`ccplan.physical._gossip`), which
+    stays valid when every switch that may reduce lies in a group (``switch_reduce`` names
+    them: all, none or some).
 
 Exactness and cost: the flow problems of one kind are solved for every destination (or
 source), or, when verified automorphisms make the GPUs one orbit (a torus), once per orbit.
@@ -452,7 +454,7 @@ def _clusters(net: Net) -> list[np.ndarray]:
 
 
 def _gossip_part(net: Net, plan: _Plan, reducing: np.ndarray, notes: list[str]) -> float:
-    """``2 (g - 1) M / B_into_groups`` over GPU groups (docs/model.md, "gossip"); ``reducing``
+    """``2 (g - 1) M / sum_G F_G`` over GPU groups (docs/model.md, "gossip"); ``reducing``
     marks the nodes that may add partial sums besides the GPUs (switches with in-network
     reduction): a partition counts only when each of them lies in a group."""
     total = plan.allreduce_bytes

@@ -42,8 +42,8 @@ def group_inflow(net: Net, group: np.ndarray, creators: np.ndarray, ceiling: flo
     capacity, capped at ``ceiling`` (no minimum cut below it uses a larger link), is scaled so
     ``ceiling`` is ``_SCALE_UNITS`` units and rounded to the nearest unit. The integer minimum
     cut's real capacity is at most its integer value plus half a unit per link, so
-    ``(flow + links / 2) / scale`` is never below the real max-flow and within about ``links /
-    _SCALE_UNITS`` of it relatively: a bound built on it stays valid.
+    ``(flow + links / 2) / scale`` is never below the real max-flow (a bound built on it stays
+    valid) and above it by at most ``links / (2 _SCALE_UNITS)`` times ``ceiling``.
     """
     if ceiling <= 0:
         return 0.0
