@@ -128,6 +128,30 @@ def test_amd_two_chassis_by_hand() -> None:
     assert pb.binding == "gossip"
 
 
+def test_thin_link_two_switches_up_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-way ring of three GPUs (50 GB/s) with switch 3 sending to every GPU at 50 GB/s,
+    fed only by switch 4 (50 GB/s), itself fed only by switch 5 over a 2 GB/s link; every GPU
+    feeds switch 5 at 50 GB/s. 1 GB, alpha 0. Each GPU alone: 50 GB/s from its ring
+    predecessor plus at most 2 GB/s through the switches, ``4 M / (3 x 52) = 25,641 us``
+    (previously ``4 M / (3 x 100) = 13,333 us``). Neither closed form sees the 2 GB/s link
+    (switch 3's in-link from outside is 50 GB/s), so the exact max-flow finds it; with no
+    flows allowed the value falls back to the closed-form cut, 100 GB/s per GPU, and a note
+    says so."""
+    ring = [(0, 1, 50.0, 0.0), (1, 2, 50.0, 0.0), (2, 0, 50.0, 0.0)]
+    chain = [(3, g, 50.0, 0.0) for g in range(3)] + [(4, 3, 50.0, 0.0), (5, 4, 2.0, 0.0)]
+    chain += [(g, 5, 50.0, 0.0) for g in range(3)]
+    topo = make_topology("ring+chain3", range(3), directed_links=ring + chain, switches=[3, 4, 5])
+    inst = _allreduce(topo)
+    pb = physical_bound(inst)
+    assert math.isclose(_previous_gossip(inst), 4 * GB / (3 * 100 * KBUS), rel_tol=1e-9)
+    assert math.isclose(pb.parts["gossip"], 4 * GB / (3 * 52 * KBUS), rel_tol=1e-6)
+    assert not any("gossip" in n for n in pb.notes)
+    monkeypatch.setattr("ccplan.physical._gossip.EXACT_FLOW_BUDGET", 0)
+    capped = physical_bound(inst)
+    assert math.isclose(capped.parts["gossip"], 4 * GB / (3 * 100 * KBUS), rel_tol=1e-9)
+    assert any("gossip" in n and "budget" in n for n in capped.notes)
+
+
 # --------------------------------------------------------------------------- exact flows
 def _random_net(rng: random.Random):  # type: ignore[no-untyped-def]
     n_gpu = rng.randint(2, 4)
