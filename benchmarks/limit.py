@@ -147,7 +147,8 @@ def child(name: str, kind: str, chunks: int, time_limit: float, allreduce: str, 
         )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(json.dumps({"makespan_us": res.makespan_us, "verified": res.verified, "peak_MB": peak,
-                          "chunks": inst.collective.chunks, "mode": f"auto: {res.details.get('auto_stop', '')}"}))
+                          "chunks": inst.collective.chunks,
+                          "mode": f"auto: {res.details.get('auto_stop', '')}"}))
         return 0
     inst = make_instance(topo, make_collective(kind, topo, chunks=chunks), size)
     if kind == "allreduce" and allreduce == "concat":

@@ -58,9 +58,17 @@ def test_target_reference_by_size_and_collective(limit: ModuleType) -> None:
 
 
 def test_median_run_is_the_middle_time_and_failures_count_as_slowest(limit: ModuleType) -> None:
-    runs = [{"makespan_us": 3.0, "chunks": 4}, {"makespan_us": 1.0, "chunks": 8}, {"makespan_us": 2.0, "chunks": 16}]
+    runs = [
+        {"makespan_us": 3.0, "chunks": 4},
+        {"makespan_us": 1.0, "chunks": 8},
+        {"makespan_us": 2.0, "chunks": 16},
+    ]
     assert limit.median_run(runs)["chunks"] == 16
-    failed = [{"makespan_us": None, "chunks": 1}, {"makespan_us": 5.0, "chunks": 2}, {"makespan_us": 9.0, "chunks": 4}]
+    failed = [
+        {"makespan_us": None, "chunks": 1},
+        {"makespan_us": 5.0, "chunks": 2},
+        {"makespan_us": 9.0, "chunks": 4},
+    ]
     assert limit.median_run(failed)["makespan_us"] == 9.0
     assert limit.median_run([{"makespan_us": 1.0}, {"makespan_us": 2.0}])["makespan_us"] == 1.0
 
