@@ -171,13 +171,14 @@ def _user_path(name: str, kind: str, chunks: int, time_limit: float, size: float
     argv = ["solve", *{**INSTANCES, **LARGE}[name], "--collective", kind, "--size", format_size(size),
             "--chunks", str(chunks) if chunks else "auto", "--method", "heuristic",
             "--time-limit", f"{time_limit:g}", "--workers", "1", "--json"]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli_main(argv)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if code != 0:
+        why = (err.getvalue().strip().splitlines() or [""])[-1][-200:]
         print(json.dumps({"makespan_us": None, "verified": False, "peak_MB": peak, "chunks": chunks,
-                          "mode": f"ccplan solve exit {code}"}))
+                          "mode": f"ccplan solve exit {code}: {why}"}))
         return 0
     data = json.loads(out.getvalue())
     details = data.get("details") or {}
