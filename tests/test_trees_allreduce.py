@@ -177,3 +177,27 @@ def test_amd_x2_heuristic_allreduce_uses_the_trees() -> None:
     assert result.physical_bound_us is not None
     assert result.physical_bound_us <= result.makespan_us <= result.physical_bound_us / 0.8
     assert np.isclose(result.tau_us * result.makespan_slots, result.makespan_us)
+
+
+def test_hier_allreduce_runs_at_large_c_only_where_it_did_not_lose() -> None:
+    """``hier-allreduce`` beats the trees on some machines (DGX-2 x2) and loses by half or more
+    on others (AMD x2, where it also takes minutes at large C). Above 512 chunks and under a
+    probe it runs beside the trees only where, at the last C both ran, it was within 5 % of
+    them (or there is no record)."""
+    from ccplan.pipeline.allreduce_natives import HIER_LOST_BY, hier_lost, note_hier
+
+    inst = _allreduce(mini_amd(), 2)
+    note_hier(inst, 100, None)
+    assert hier_lost(inst)
+    note_hier(inst, 100, int(100 * HIER_LOST_BY))
+    assert not hier_lost(inst)
+    note_hier(inst, 100, int(100 * HIER_LOST_BY) + 1)
+    assert hier_lost(inst)
+    note_hier(inst, 100, 100)  # competitive: it runs next time
+    probe = SolveOptions(time_limit=60, workers=1, extra={"soft_budget": 0})
+    for chunks in (8, 128):  # 64 and 1,024 chunks in all
+        inst = _allreduce(mini_amd(), chunks)
+        before = hier_lost(inst)
+        result = solve(inst, "heuristic", probe)
+        assert result.verified
+        assert ("hier_excess" in result.details) == (not before)

@@ -103,6 +103,37 @@ def hierarchical(instance: Instance, options: SolveOptions) -> tuple[Schedule, i
     return native("hier-allreduce", instance, options)
 
 
+HIER_LOST_BY = 1.05
+"""``hier-allreduce`` is not run again beside the trees AllReduce on a machine where, at the
+last C both ran, its makespan was more than this factor above the trees' (AMD x2: 2 times at
+C = 16, and 73 s at C = 128), unless the others run anyway (:func:`hier_lost`)."""
+
+_HIER_RECORD: dict[tuple[Any, ...], bool] = {}
+
+
+def _machine(instance: Instance) -> tuple[Any, ...]:
+    topo = instance.topology
+    return (topo.name, topo.num_links, tuple(sorted(instance.reducing_switches)), instance.single_port)
+
+
+def note_hier(instance: Instance, trees_slots: int, hier_slots: int | None) -> None:
+    """Record whether ``hier-allreduce`` (None: no schedule in its time) lost to the trees
+    AllReduce by more than :data:`HIER_LOST_BY` on this machine."""
+    lost = hier_slots is None or hier_slots > HIER_LOST_BY * trees_slots
+    _HIER_RECORD.pop(_machine(instance), None)
+    _HIER_RECORD[_machine(instance)] = lost
+    while len(_HIER_RECORD) > 8:
+        _HIER_RECORD.pop(next(iter(_HIER_RECORD)))
+
+
+def hier_lost(instance: Instance) -> bool:
+    """Whether ``hier-allreduce`` lost to the trees on this machine at the last C both ran
+    (:func:`note_hier`): above :data:`TREES_ONLY_ABOVE` chunks and when a portfolio is probed,
+    it then does not run (on DGX-2 x2 it beats the trees at every C, on AMD x2 it never does;
+    ``--chunks auto`` tries the small C first). Without a record it runs."""
+    return _HIER_RECORD.get(_machine(instance), False)
+
+
 def trees_candidate(
     instance: Instance, method: str, options: SolveOptions,
     relayed: Callable[[Instance], Schedule] | None = None,

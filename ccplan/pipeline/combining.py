@@ -96,9 +96,11 @@ from ccplan.pipeline.allreduce_natives import (
     TREES_ONLY_ABOVE,
     TREES_SUFFICES,
     checked,
+    hier_lost,
     hierarchical,
     left_options,
     native_outcome,
+    note_hier,
     renamed,
     trees_candidate,
 )
@@ -557,21 +559,29 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             log.info("trees-allreduce ran out of time: %s", exc)
             found = None
         declined = found if isinstance(found, str) else None
+        probe = False
         trees = None if isinstance(found, str) else found
         if trees is not None:
             details["trees_excess"] = trees[2]
             natives.append(("trees", trees[0], trees[1]))
-            probe = opts.extra.get("soft_budget") is not None and float(opts.extra["soft_budget"]) <= 0
-            if trees[2] <= TREES_SUFFICES or probe:
+            if trees[2] <= TREES_SUFFICES:
                 return native_outcome("trees", trees[0], method, details, start, "others skipped")
-            if large:
-                return native_outcome("trees", trees[0], method, details, start, "others skipped at this C")
+            probe = opts.extra.get("soft_budget") is not None and float(opts.extra["soft_budget"]) <= 0
             opts = left_options(opts, OTHERS_SHARE, start)
+            if (large or probe) and hier_lost(instance):
+                why = "others skipped" if probe else "others skipped at this C"
+                return native_outcome("trees", trees[0], method, details, start, why)
         others_start = time.perf_counter()
         hier = hierarchical(instance, opts)
         if hier is not None:
             details["hier_excess"] = hier[2]
             natives.append(("hier", hier[0], hier[1]))
+        if trees is not None:
+            note_hier(instance, trees[1], None if hier is None else hier[1])
+            if large or probe:
+                pick = min(natives, key=lambda x: x[2])
+                why = "others skipped" if probe else "others skipped at this C"
+                return native_outcome(pick[0], pick[1], method, details, start, why)
         if declined is not None and (hier is None or hier[2] > TREES_SUFFICES):
             # the trees reduction declined: the trees AllReduce with the relayed reversal
             half = _phase_options(left_options(opts, 1.0, others_start), 0.5)
