@@ -60,12 +60,15 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   For ``trees`` and ``heuristic`` (:data:`TREES_ALLREDUCE_METHODS`) the ``"best"`` AllReduce
   first builds ``trees-allreduce`` (:mod:`ccplan.heuristics.trees_allreduce`: the trees
   ReduceScatter, then the trees AllGather, its packings kept across C). It is kept alone when
-  within :data:`TREES_SUFFICES` of the physical bound, or above :data:`TREES_ONLY_ABOVE`
-  chunks in all, where every other candidate is slower than ``C`` grows; otherwise the others
-  follow with :data:`OTHERS_SHARE` of the time left (``--chunks auto`` must not spend its
-  budget at small C) and the shortest verified schedule wins. Where it is kept alone it is
-  verified once, by :func:`ccplan.pipeline.solve` (its replay takes seconds at a million
-  sends).
+  within :data:`TREES_SUFFICES` of the physical bound. Above :data:`TREES_ONLY_ABOVE` chunks
+  in all, where the reversal and the cluster grow faster than ``C``, and when a portfolio is
+  probed (a soft budget of 0, ``--chunks auto``), only ``hier-allreduce`` may join it, on
+  machines where it did not lose to the trees at the last C both ran
+  (:func:`~ccplan.pipeline.allreduce_natives.hier_lost`); otherwise the others follow with
+  :data:`OTHERS_SHARE` of the time left (``--chunks auto`` must not spend its budget at small
+  C) and the shortest verified schedule wins. Where the trees are kept without the others
+  they are verified once, by :func:`ccplan.pipeline.solve` (its replay takes seconds at a
+  million sends).
 
 Routing: :func:`ccplan.pipeline.solve` sends a combining instance here (:func:`solve_combining`)
 unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
