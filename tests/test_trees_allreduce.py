@@ -201,3 +201,16 @@ def test_hier_allreduce_runs_at_large_c_only_where_it_did_not_lose() -> None:
         result = solve(inst, "heuristic", probe)
         assert result.verified
         assert ("hier_excess" in result.details) == (not before)
+
+
+def test_trees_method_does_not_rebuild_its_trees_by_reversal() -> None:
+    """``--method trees``: the reversal would build the same trees again (relaying switch sums
+    where the trees reduction places arcs), and at small C it took half of every candidate's
+    time under ``--chunks auto`` (AMD x3: 0.75 of the bound at C = 8, the doubling stopped
+    there). Only ``hier-allreduce`` may join the trees AllReduce."""
+    inst = _allreduce(mini_amd(), 4)
+    result = solve(inst, "trees", SolveOptions(time_limit=60, workers=1))
+    assert result.verified
+    assert result.details["mode"] in ("trees", "hier")
+    assert result.details["reversal"] == "others skipped"
+    assert "concat_slots" not in result.details

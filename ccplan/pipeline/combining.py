@@ -64,7 +64,8 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   in all, where the reversal and the cluster grow faster than ``C``, and when a portfolio is
   probed (a soft budget of 0, ``--chunks auto``), only ``hier-allreduce`` may join it, on
   machines where it did not lose to the trees at the last C both ran
-  (:func:`~ccplan.pipeline.allreduce_natives.hier_lost`); otherwise the others follow with
+  (:func:`~ccplan.pipeline.allreduce_natives.hier_lost`); so for ``trees`` at every C (its
+  reversal builds the same trees, relaying the switch sums); otherwise the others follow with
   :data:`OTHERS_SHARE` of the time left (``--chunks auto`` must not spend its budget at small
   C) and the shortest verified schedule wins. Where the trees are kept without the others
   they are verified once, by :func:`ccplan.pipeline.solve` (its replay takes seconds at a
@@ -581,9 +582,10 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             natives.append(("hier", hier[0], hier[1]))
         if trees is not None:
             note_hier(instance, trees[1], None if hier is None else hier[1])
-            if large or probe:
+            # for ``trees`` the reversal would build the same trees again, relaying switch sums
+            if large or probe or method == "trees":
                 pick = min(natives, key=lambda x: x[2])
-                why = "others skipped" if probe else "others skipped at this C"
+                why = "others skipped" if probe or method == "trees" else "others skipped at this C"
                 return native_outcome(pick[0], pick[1], method, details, start, why)
         if declined is not None and (hier is None or hier[2] > TREES_SUFFICES):
             # the trees reduction declined: the trees AllReduce with the relayed reversal
