@@ -212,6 +212,7 @@ for _name, _module in {
     "hier-allreduce": "ccplan.heuristics.hier_allreduce",
     "exact-combining": "ccplan.model.combining",
     "trees": "ccplan.heuristics.trees",
+    "trees-allreduce": "ccplan.heuristics.trees_allreduce",
     **{
         name: "ccplan.heuristics.baselines"
         for name in (

@@ -164,3 +164,47 @@ def test_one_doubling_that_gains_little_does_not_end_the_search(monkeypatch):
     assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8, 16, 32, 64]
     assert inst.collective.chunks == 64 and result.makespan_us == 101.2
     assert "2 doublings in a row" in result.details["auto_stop"]
+
+
+def test_the_doubling_does_not_start_a_candidate_it_cannot_finish(monkeypatch):
+    """A stand-in engine whose run (verification and bounds included) takes 2 C seconds on a
+    clock the test keeps, 60 s limit: C = 1, 2, 4, 8 end at 2, 6, 14 and 30 s; C = 16 would take
+    about twice C = 8's 16 s, 32 s, and only 30 s are left, so the doubling stops at C = 8
+    within the limit (it used to start C = 16 and end at 62 s). Times 100 / C + 100 us against
+    a physical bound of 100 us, so no other rule stops it."""
+    from dataclasses import dataclass, field
+
+    import ccplan.pipeline.chunks as chunks
+
+    clock = {"now": 0.0}
+
+    class FakeTime:
+        @staticmethod
+        def perf_counter() -> float:
+            return clock["now"]
+
+    @dataclass(frozen=True)
+    class Fake:
+        makespan_us: float
+        lower_bound_slots: int = 1
+        verified: bool = True
+        physical_bound_us: float = 100.0
+        details: dict = field(default_factory=dict)
+
+    topo = ring(4, alpha_us=0.0)
+
+    def build(c: int):
+        return make_instance(topo, allreduce(topo, chunks=c), "1MB")
+
+    def fake_solve(instance, method, options):
+        c = instance.collective.chunks
+        clock["now"] += 2.0 * c
+        return Fake(100.0 / c + 100.0 * (1 + 0.5 / c))
+
+    monkeypatch.setattr(chunks, "time", FakeTime)
+    monkeypatch.setattr(chunks, "solve", fake_solve)
+    inst, result = solve_auto_chunks(build, "stand-in", SolveOptions(time_limit=60))
+    assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8]
+    assert clock["now"] <= 60.0
+    assert inst.collective.chunks == 8
+    assert "would take about 32 s" in result.details["auto_stop"]

@@ -5,7 +5,8 @@
 alpha-beta time), and otherwise for as long as the slot model at ``C`` can still lose more than
 1 % to the physics (its own lower bound in microseconds, the slot bound at ``C`` times ``tau``,
 is more than 1 % above the physical bound) or one of the last :data:`AUTO_PATIENCE` doublings
-still gained more than 1 %, and time remains. There is no fixed cap on ``C``:
+still gained more than 1 %, and time remains (under a time limit: for twice the last
+candidate's time, :data:`AUTO_GROWTH`). There is no fixed cap on ``C``:
 the memory budget refuses what would not fit, and that ends the search with the best
 schedule so far. The verified schedule with the shortest time in microseconds wins (a slot's
 length changes with ``C``, so slots would not compare).
@@ -42,6 +43,11 @@ engines run with their own default budgets; a candidate started before this pass
 AUTO_SHARE = 0.5
 """Under a time limit, the share of the time left that candidate ``C`` may use (the rest is
 kept for ``2C``, ``4C``, ...: an engine's work grows about linearly with ``C``)."""
+
+
+AUTO_GROWTH = 2.0
+"""Under a time limit, the doubling stops when this many times the last candidate's time (its
+engine, verification and bounds: about linear in C) is more than the time left."""
 
 
 def solve_auto_chunks(
@@ -137,6 +143,14 @@ def solve_auto_chunks(
                 break
         elif misses >= AUTO_PATIENCE and best is not None:
             stop = f"{AUTO_PATIENCE} larger C in a row were not faster (no physical bound)"
+            break
+        now = time.perf_counter() - start
+        took, left = now - (horizon - left), horizon - now  # this candidate's time, the time left
+        if opts.time_limit is not None and best is not None and AUTO_GROWTH * took > left:
+            # its engine would stop at its share, but the verification and the bounds after it
+            # would not: starting it would overrun the limit (AMD x2 AllReduce at C = 512: 74 s)
+            stop = (f"C={2 * c} would take about {AUTO_GROWTH * took:.0f} s ({AUTO_GROWTH:g} times C={c}'s), "
+                    f"more than the {max(left, 0.0):.0f} s left")
             break
         c *= 2
     if best is None:

@@ -57,6 +57,19 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   switches that may not reduce its unfolding of the switch sums takes time that grows faster
   than ``C`` and is not bounded by the time limit, and a larger ``C`` (``--chunks auto``)
   gains more from the hierarchical schedule than the reversal could at this one.
+  For ``trees`` and ``heuristic`` (:data:`TREES_ALLREDUCE_METHODS`) the ``"best"`` AllReduce
+  first builds ``trees-allreduce`` (:mod:`ccplan.heuristics.trees_allreduce`: the trees
+  ReduceScatter, then the trees AllGather, its packings kept across C). It is kept alone when
+  within :data:`TREES_SUFFICES` of the physical bound. Above :data:`TREES_ONLY_ABOVE` chunks
+  in all, where the reversal and the cluster grow faster than ``C``, and when a portfolio is
+  probed (a soft budget of 0, ``--chunks auto``), only ``hier-allreduce`` may join it, on
+  machines where it did not lose to the trees at the last C both ran
+  (:func:`~ccplan.pipeline.allreduce_natives.hier_lost`); so for ``trees`` at every C (its
+  reversal builds the same trees, relaying the switch sums); otherwise the others follow with
+  :data:`OTHERS_SHARE` of the time left (``--chunks auto`` must not spend its budget at small
+  C) and the shortest verified schedule wins. Where the trees are kept without the others
+  they are verified once, by :func:`ccplan.pipeline.solve` (its replay takes seconds at a
+  million sends).
 
 Routing: :func:`ccplan.pipeline.solve` sends a combining instance here (:func:`solve_combining`)
 unless the method is in :data:`NATIVE_COMBINING`, whose engines build combining schedules
@@ -81,6 +94,20 @@ from ccplan.instances.combining import reducescatter
 from ccplan.instances.instance import Instance
 from ccplan.instances.topology import Topology
 from ccplan.limits import Deadline, OutOfTimeError
+from ccplan.pipeline.allreduce_natives import (
+    HIER_SUFFICES,
+    OTHERS_SHARE,
+    TREES_ONLY_ABOVE,
+    TREES_SUFFICES,
+    checked,
+    hier_lost,
+    hierarchical,
+    left_options,
+    native_outcome,
+    note_hier,
+    renamed,
+    trees_candidate,
+)
 from ccplan.schedule.combining import ports_reflect
 from ccplan.schedule.core import Schedule, Send
 from ccplan.schedule.relays import chained_relays, place_relays, unfold_switch_sums
@@ -90,39 +117,12 @@ log = logging.getLogger(__name__)
 
 NATIVE_COMBINING: frozenset[str] = frozenset(
     {"ring", "ring-1", "tree", "double-binary-tree", "recursive-doubling", "recursive-halving-doubling",
-     "hierarchical", "multitree", "exact-combining", "cluster-allreduce", "hier-allreduce"}
+     "hierarchical", "multitree", "exact-combining", "cluster-allreduce", "hier-allreduce",
+     "trees-allreduce"}
 )
 """Methods that schedule combining collectives themselves (no reversal needed)."""
 
 ALLREDUCE_MODES: tuple[str, ...] = ("best", "concat", "overlap", "pipelined")
-
-HIER_SUFFICES = 0.10
-"""An AllReduce whose ``hier-allreduce`` schedule is within this fraction above the physical
-bound skips the reversal (module docstring)."""
-
-
-def _hierarchical(instance: Instance, options: SolveOptions) -> tuple[Schedule, float] | None:
-    """``hier-allreduce``'s verified schedule of a ``"best"`` AllReduce and its distance above
-    the physical bound (``makespan / bound - 1``), or None where it does not apply."""
-    mode = str(options.extra.get("allreduce", "best")) if options.extra else "best"
-    if mode != "best":
-        return None
-    try:
-        outcome = sub_engine("hier-allreduce")(instance, options)
-    except ValidationError as exc:
-        log.debug("hier-allreduce does not apply: %s", exc)
-        return None
-    if outcome.schedule is None:
-        return None
-    from ccplan.physical import physical_bound
-
-    report = verify(instance, outcome.schedule)
-    if not report.ok or report.makespan_slots is None:
-        return None
-    bound = physical_bound(instance).us
-    excess = report.makespan_slots * instance.tau_us / bound - 1 if bound > 0 else float("inf")
-    return outcome.schedule, excess
-
 
 def _sub_instance(instance: Instance, topology: Any, collective: Any) -> Instance:
     """Same size, slot rule and port model on another topology/collective (no outages: they
@@ -551,22 +551,82 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
         schedule = Schedule(sched.sends, method=f"{method}+reverse")
     elif kind == "allreduce":
         topo = instance.topology
-        hier = _hierarchical(instance, opts)
+        natives: list[tuple[str, Schedule, int]] = []
+        large = coll.chunks * len(topo.gpus) > TREES_ONLY_ABOVE
+        try:
+            found = trees_candidate(instance, method, opts)
+        except OutOfTimeError as exc:
+            if large:  # the others are slower still at this C
+                raise ValidationError(
+                    f"trees-allreduce ran out of time ({exc}); the others are slower"
+                ) from None
+            log.info("trees-allreduce ran out of time: %s", exc)
+            found = None
+        declined = found if isinstance(found, str) else None
+        probe = False
+        trees = None if isinstance(found, str) else found
+        if trees is not None:
+            details["trees_excess"] = trees[2]
+            natives.append(("trees", trees[0], trees[1]))
+            if trees[2] <= TREES_SUFFICES:
+                return native_outcome("trees", trees[0], method, details, start, "others skipped")
+            probe = opts.extra.get("soft_budget") is not None and float(opts.extra["soft_budget"]) <= 0
+            opts = left_options(opts, OTHERS_SHARE, start)
+            if (large or probe) and hier_lost(instance):
+                why = "others skipped" if probe else "others skipped at this C"
+                return native_outcome("trees", trees[0], method, details, start, why)
+        others_start = time.perf_counter()
+        hier = hierarchical(instance, opts)
         if hier is not None:
-            details["hier_excess"] = hier[1]
-            if hier[1] <= HIER_SUFFICES:
-                return _hier_outcome(hier[0], method, details, start, "reversal skipped")
-            spent = time.perf_counter() - start
-            if opts.time_limit is not None:
-                opts = replace(opts, time_limit=max(1e-3, opts.time_limit - spent))
+            details["hier_excess"] = hier[2]
+            natives.append(("hier", hier[0], hier[1]))
+        if trees is not None:
+            note_hier(instance, trees[1], None if hier is None else hier[1])
+            # for ``trees`` the reversal would build the same trees again, relaying switch sums
+            if large or probe or method == "trees":
+                pick = min(natives, key=lambda x: x[2])
+                why = "others skipped" if probe or method == "trees" else "others skipped at this C"
+                return native_outcome(pick[0], pick[1], method, details, start, why)
+        if declined is not None and (hier is None or hier[2] > TREES_SUFFICES):
+            # the trees reduction declined: the trees AllReduce with the relayed reversal
+            half = _phase_options(left_options(opts, 1.0, others_start), 0.5)
+            log.info("%s; the trees AllReduce's ReduceScatter by the reversal of trees", declined)
+            try:
+                relayed = trees_candidate(
+                    instance, method, left_options(opts, 1.0, others_start),
+                    relayed=lambda rs_inst: _reversed_phase(rs_inst, "trees", "reducescatter", half)[0],
+                )
+            except OutOfTimeError:
+                relayed = None
+            trees = None if isinstance(relayed, str) else relayed
+            if trees is not None:
+                details["trees_excess"] = trees[2]
+                natives.append(("trees", trees[0], trees[1]))
+                if trees[2] <= TREES_SUFFICES or large:
+                    why = "others skipped" if trees[2] <= TREES_SUFFICES else "others skipped at this C"
+                    return native_outcome("trees", trees[0], method, details, start, why)
+        best_native = min(natives, key=lambda x: x[2]) if natives else None
+        if best_native is not None and hier is not None and hier[2] <= HIER_SUFFICES:
+            # the reversal through switches that may not reduce is slower than C grows
+            return native_outcome(best_native[0], best_native[1], method, details, start, "reversal skipped")
+        opts = left_options(opts, 1.0, others_start)
+        if trees is not None:
+            # it competes with the reversal's candidates: verify it first
+            trees = checked(instance, trees)
+            natives = [x for x in natives if x[0] != "trees"]
+            if trees is not None:
+                natives.append(("trees", trees[0], trees[1]))
+            best_native = min(natives, key=lambda x: x[2]) if natives else None
         # the ReduceScatter half runs on the same slots as the AllReduce: keep the outages
         rs_instance = replace(instance, collective=reducescatter(topo, coll.chunks))
         try:
             rs, rs_out = _reversed_phase(rs_instance, method, "reducescatter", _phase_options(opts, 0.5))
         except ValidationError as exc:
-            if hier is None:
+            if best_native is None:
                 raise
-            return _hier_outcome(hier[0], method, details, start, f"reversal failed: {exc}")
+            return native_outcome(
+                best_native[0], best_native[1], method, details, start, f"reversal failed: {exc}"
+            )
         rs_report = verify(rs_instance, rs)
         if not rs_report.ok or rs_report.makespan_slots is None:
             raise ValidationError(f"reversed ReduceScatter failed verification: {rs_report.violations[0]}")
@@ -575,9 +635,11 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
         try:
             ag, ag_out = _run(method, ag_instance, _phase_options(opts, 0.5))
         except ValidationError as exc:
-            if hier is None:
+            if best_native is None:
                 raise
-            return _hier_outcome(hier[0], method, details, start, f"reversal failed: {exc}")
+            return native_outcome(
+                best_native[0], best_native[1], method, details, start, f"reversal failed: {exc}"
+            )
         mode = str(opts.extra.get("allreduce", "best")) if opts.extra else "best"
         if mode not in ALLREDUCE_MODES:
             raise ValidationError(f"extra.allreduce must be one of {ALLREDUCE_MODES}, got {mode!r}")
@@ -603,33 +665,25 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             cluster = None
         if cluster is not None and mode == "best":
             candidates.append(("cluster", cluster))
-        if hier is not None:
-            candidates.append(("hier", hier[0]))
         best: tuple[int, str, Schedule] | None = None
         for name, cand in candidates:
             rep = verify(instance, cand)
             details[f"{name}_slots"] = rep.makespan_slots if rep.ok else None
             if rep.ok and rep.makespan_slots is not None and (best is None or rep.makespan_slots < best[0]):
                 best = (rep.makespan_slots, name, cand)
+        for name, cand, slots in natives:  # verified by their engines
+            details[f"{name}_slots"] = slots
+            if best is None or slots < best[0]:
+                best = (slots, name, cand)
         if best is None:
             first = verify(instance, concat).violations[0]
             raise ValidationError(f"no valid AllReduce from {method!r}: {first}")
         details.update(rs_slots=d_rs, ag_status=ag_out.status, rs_status=rs_out.status, mode=best[1])
-        schedule = Schedule(best[2].sends, method=f"{method}+{best[1]}")
+        schedule = renamed(best[2], f"{method}+{best[1]}")
     else:
         raise ValidationError(f"no combining construction for collective {kind!r}")
     details["seconds"] = time.perf_counter() - start
     return Outcome(schedule=schedule, status="feasible", details=details)
-
-
-def _hier_outcome(
-    schedule: Schedule, method: str, details: dict[str, Any], start: float, why: str
-) -> Outcome:
-    """The ``hier-allreduce`` schedule as the AllReduce of ``method`` (the reversal not run
-    or not finished: ``why``)."""
-    details.update(mode="hier", reversal=why, seconds=time.perf_counter() - start)
-    hier = Schedule(schedule.sends, method=f"{method}+hier")
-    return Outcome(schedule=hier, status="feasible", details=details)
 
 
 def needs_reversal(method: str, instance: Instance) -> bool:
