@@ -11,16 +11,25 @@ placement also scans slot by slot: minutes at C = 128).
 
 Here the reduction is built as what it is:
 
-1. **Packing** on the reversed topology with the loads of
-   :func:`~ccplan.heuristics.trees_pack.link_loads`: a link into a relaying switch carries
-   one partial sum per terminal-level arc through it (ForestColl's splitting-off accounting),
-   so the rate is the optimal one wherever splitting-off applies.
-2. **Placement** of every chunk's *arcs* (a path from a GPU, or a switch that may reduce,
-   through relaying switches to the next such node) in the reversed direction, in the
-   reservation table of the ``trees`` engine, in its chunk order: each hop at the earliest
-   slot after the previous one's arrival (a send of ``l`` slots at a multiple of ``l``), an
-   arc after the one that reached its tail; two arcs of a chunk through one relaying switch
-   stay there in disjoint slot intervals (the switch holds one partial sum of a chunk).
+1. **Packing** on the reversed topology. Where every switch relays and many GPUs sit behind
+   one (DGX-2's NVSwitch, a leaf of a fat tree), by :func:`pack_arc_trees`: column generation
+   over terminal-level arborescences whose *arcs* are whole paths through relaying switches,
+   each arc charged on every link of its path (ForestColl's splitting-off accounting, priced
+   exactly: a tree may pass one switch many times, so a chain through an NVSwitch, each GPU
+   adding its partial sum and sending it on as NCCL's ring does, is a column as well as a
+   star); then, among the columns found, the packing of least weighted squared depth at that
+   rate. Otherwise (:data:`MAX_PASSES`) by the ``trees`` engine's packing with the loads of
+   :func:`~ccplan.heuristics.trees_pack.link_loads` (one partial sum per terminal-level arc
+   through a relaying switch).
+2. **Placement** of every chunk's arcs (a path from a GPU, or a switch that may reduce,
+   through relaying switches to the next such node) in the reversed direction, in a
+   reservation table (:class:`_Blocks`: one byte per block of ``l`` slots, so the earliest
+   free block is one ``bytearray.find``; the ``trees`` engine's table under single-port), in
+   the order ``k / rate - depth``: each hop at the earliest slot after the previous one's
+   arrival (a send of ``l`` slots at a multiple of ``l``), an arc after the one that reached
+   its tail; two arcs of a chunk through one relaying switch stay there in disjoint slot
+   intervals (the switch holds one partial sum of a chunk), and each hop into a switch is
+   moved as late as the next hop allows.
 3. **Reflection** (:mod:`ccplan.pipeline.combining`'s module docstring): the send in slot
    ``t`` on the reversed link ``e`` becomes the send in ``D - t - L_e`` on link ``e``, ``D``
    the last arrival; a hop into a relaying switch is a copy, every other a
@@ -313,11 +322,26 @@ def pack_arc_trees(
 
 
 MAX_PASSES = 4.0
-"""Mean arcs of a tree through its busiest relaying switch above which :func:`reduction_schedule`
-declines: the partial sums of a chunk pass a switch one at a time, so a star through one
-switch (DGX-2's NVSwitch: 14 arcs per tree) serialises each chunk's reduction (0.72 of the
-physical bound at C = 128 on DGX-2 x2, the relayed reflection 0.94); AMD x2 has 1.2, NDv2 x4
-3 (0.998 of the bound at C = 64, the relayed reflection 0.937)."""
+"""Where at most this many GPUs send into any relaying switch (and where some switches may
+reduce), the trees are :func:`~ccplan.heuristics.trees.plan_trees`' packing (paths merged in
+the pricing, then its shallow phase) and they are kept while their mean arcs through the
+busiest relaying switch stay at most this many: AMD x2 has 1.2 (C = 512: 9,619 slots, the
+arc packing 9,673), NDv2 x4 3. Above, or with more GPUs behind a switch, the arc packing
+(:func:`pack_arc_trees`): the merged pricing does not see a tree that passes one switch many
+times (DGX-2 x2: 0.72 of x*), which a star through one switch needs (DGX-2's NVSwitch: 14
+arcs a tree; the merged packing with the relayed reflection reached 0.94 of the physical
+bound at C = 128 in 478 s, the arc packing 0.991 in 4 s). With switches that may reduce the
+arc packing does not apply (its arcs end at GPUs only) and the reduction declines."""
+
+
+def _gpus_behind(instance: Instance, relays: frozenset[int]) -> int:
+    """The most GPUs that send into one relaying switch of ``instance``."""
+    gpus = set(instance.topology.gpus)
+    count: dict[int, int] = {}
+    for lk in instance.topology.links:
+        if lk.dst in relays and lk.src in gpus:
+            count[lk.dst] = count.get(lk.dst, 0) + 1
+    return max(count.values(), default=0)
 
 
 def serial_passes(instance: Instance, plan: TreePlan, relays: frozenset[int]) -> float:
@@ -569,17 +593,19 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     twin = _twin(instance)
     relays = relaying_switches(instance)
     pos = twin.topology.node_index
-    if instance.reducing_switches:
+    compiled: ArcTrees | None = None
+    if instance.reducing_switches or _gpus_behind(instance, relays) <= MAX_PASSES:
         plan = plan_trees(twin, deadline, extra, frozenset(pos[v] for v in relays))
         passes = serial_passes(twin, plan, relays)
-        if passes > MAX_PASSES:
+        if passes <= MAX_PASSES:
+            compiled = _arcs(twin, plan, relays)
+            weights = {r: [t.weight for t in plan.packing.trees[pos[r]]] for r in compiled}
+        elif instance.reducing_switches:
             raise ValidationError(
                 f"trees reduction: {passes:.1f} arcs of a tree pass one relaying switch on average "
                 f"(more than {MAX_PASSES}): their partial sums would queue in its one buffer"
             )
-        compiled = _arcs(twin, plan, relays)
-        weights = {r: [t.weight for t in plan.packing.trees[pos[r]]] for r in compiled}
-    else:
+    if compiled is None:
         share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
         compiled, weights, _, _ = pack_arc_trees(twin, share, float((extra or {}).get("trees_gap", 1e-3)))
     slot, root, index, link = place_arcs(twin, compiled, weights, deadline)
