@@ -263,11 +263,13 @@ NATIVE_REDUCTION: frozenset[str] = frozenset({"trees"})
 packed and placed one by one) instead of relaying the reflected AllGather's switch sums."""
 
 
-NATIVE_ONLY_ABOVE = 512
+NATIVE_ONLY_ABOVE = 32
 """Chunks in all (C x GPUs) above which the native reduction, when it applies, is the only
 candidate; below, the relayed reflections are tried as well and the shortest is kept (on a
 two-chassis fabric of four GPUs the relays meet the bound, the native reduction is 2 slots
-longer)."""
+longer). Kept small: the relays' slot-by-slot placement and the AllGather run for them cost
+more than the native reduction from a few dozen chunks on (leaf-spine 64 at C = 1: 27.6 s
+with them, 13.1 s without; ``--chunks auto`` spent its minute below C = 16 with 512 here)."""
 
 
 def _native_reduction(
