@@ -472,13 +472,23 @@ def _place_chunk(
     # relaying switch -> this chunk's stays there (disjoint: starts and ends sorted alike)
     stays: dict[int, tuple[list[int], list[int]]] = {}
     out: list[int] = []
+    earliest, latest, reserve = table.earliest, table.latest, table.reserve
     for j, (tail, path) in enumerate(arcs, start=1):
         t0 = hold[tail]
+        if len(path) == 1:  # no switch on the way: no stay to keep apart
+            e = path[0]
+            s = earliest(e, t0)
+            if s is None:
+                return None
+            reserve(e, s)
+            hold[j] = s + lat[e]
+            out.append(s)
+            continue
         while True:
             t = t0
             starts = []
             for e in path:
-                s = table.earliest(e, t)
+                s = earliest(e, t)
                 if s is None:
                     return None
                 starts.append(s)
@@ -488,7 +498,7 @@ def _place_chunk(
             # arcs there) and the earlier slot is left to later chunks
             for h in range(len(path) - 2, -1, -1):
                 e = path[h]
-                starts[h] = table.latest(e, starts[h], starts[h + 1] - lat[e])
+                starts[h] = latest(e, starts[h], starts[h + 1] - lat[e])
             wait = 0
             for h in range(1, len(path)):
                 lo = starts[h - 1] + lat[path[h - 1]]
@@ -503,7 +513,7 @@ def _place_chunk(
                 break
             t0 = starts[0] + wait
         for h, (e, s) in enumerate(zip(path, starts, strict=True)):
-            table.reserve(e, s)
+            reserve(e, s)
             if h:
                 a = starts[h - 1] + lat[path[h - 1]]
                 here = stays.setdefault(dst[path[h - 1]], ([], []))

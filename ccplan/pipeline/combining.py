@@ -257,10 +257,13 @@ OUTAGE_ROUNDS = 4
 """Horizons :func:`_reversed_phase` tries with the outages reflected (module docstring)."""
 
 
-NATIVE_REDUCTION: frozenset[str] = frozenset({"trees"})
+NATIVE_REDUCTION: frozenset[str] = frozenset({"trees", "heuristic"})
 """Methods whose reduction through switches that cannot reduce is built by
 :mod:`ccplan.heuristics.trees_reduce` (reduce trees whose paths through such a switch are
-packed and placed one by one) instead of relaying the reflected AllGather's switch sums."""
+packed and placed one by one) instead of relaying the reflected AllGather's switch sums:
+``trees``, and the ``heuristic`` portfolio, whose AllGather includes the ``trees`` engine
+(the user path ``solve --method heuristic`` relayed its reflection only, and on AMD x2 ran
+out of its minute at C = 1)."""
 
 
 NATIVE_ONLY_ABOVE = 32
