@@ -266,13 +266,14 @@ packed and placed one by one) instead of relaying the reflected AllGather's swit
 out of its minute at C = 1)."""
 
 
-NATIVE_ONLY_ABOVE = 32
+NATIVE_ONLY_ABOVE = 16
 """Chunks in all (C x GPUs) above which the native reduction, when it applies, is the only
 candidate; below, the relayed reflections are tried as well and the shortest is kept (on a
 two-chassis fabric of four GPUs the relays meet the bound, the native reduction is 2 slots
 longer). Kept small: the relays' slot-by-slot placement and the AllGather run for them cost
 more than the native reduction from a few dozen chunks on (leaf-spine 64 at C = 1: 27.6 s
-with them, 13.1 s without; ``--chunks auto`` spent its minute below C = 16 with 512 here)."""
+with them, 13.1 s without; AMD x2 at C = 1 with the ``heuristic`` portfolio: 31 s of
+``--chunks auto``'s minute; with 512 here it spent its minute below C = 16 on leaf-spine)."""
 
 
 def _native_reduction(
