@@ -39,7 +39,8 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   verified. For ``trees`` with switches that cannot reduce, the reduction of
   :mod:`ccplan.heuristics.trees_reduce` (trees packed and placed with one partial sum per
   path through such a switch) comes first; it is the only candidate above
-  :data:`NATIVE_ONLY_ABOVE` chunks, where the relays' placement is too slow to try as well.
+  :data:`NATIVE_ONLY_ABOVE` chunks, where the relays' placement is too slow to try as well,
+  and is then verified once, by the caller (``solve``, or the AllReduce below).
 - **Reduce** = Broadcast on the reversed topology, reversed the same way.
 - **AllReduce** = ReduceScatter (as above, against the outages), then the AllGather of the
   engine on the original topology shifted by the ReduceScatter makespan (``"concat"``).
@@ -277,12 +278,17 @@ with them, 13.1 s without; AMD x2 at C = 1 with the ``heuristic`` portfolio: 31 
 
 
 def _native_reduction(
-    instance: Instance, method: str, options: SolveOptions
+    instance: Instance, method: str, options: SolveOptions, check: bool = True
 ) -> tuple[Schedule, Outcome] | None:
     """The reduction of :mod:`ccplan.heuristics.trees_reduce` when it applies to ``method`` and
     ``instance`` and verifies, else None (the generic reversal follows). A relayed
     reflection of a tree that branches in such a switch sends one partial sum per branch over
-    the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32)."""
+    the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32).
+
+    ``check=False`` leaves the verification to the caller (the schedule is then returned as
+    the phase's only candidate, and ``solve`` or the AllReduce verifies it): the replay of a
+    reduction is most of the time at large C (AMD x2 C = 1,024: 21 s for 1.1 M sends, the
+    reduction itself 4.4 s), and it ran twice."""
     from ccplan.heuristics.trees_reduce import applies, reduction_schedule
 
     if method not in NATIVE_REDUCTION or not applies(instance):
@@ -294,13 +300,14 @@ def _native_reduction(
     except (OutOfTimeError, ValidationError) as exc:
         log.info("reversal: the trees reduction gave nothing (%s); relayed reflections follow", exc)
         return None
-    report = verify(instance, schedule)
-    if not report.ok:
-        log.error("the trees reduction fails verification: %s", report.violations[0])
-        return None
-    details = {
-        "reduction": "trees_reduce", "slots": report.makespan_slots, "seconds": time.perf_counter() - start,
-    }
+    slots = None
+    if check:
+        report = verify(instance, schedule)
+        if not report.ok:
+            log.error("the trees reduction fails verification: %s", report.violations[0])
+            return None
+        slots = report.makespan_slots
+    details = {"reduction": "trees_reduce", "slots": slots, "seconds": time.perf_counter() - start}
     return schedule, Outcome(schedule=schedule, status="feasible", details=details)
 
 
@@ -324,8 +331,9 @@ def _reversed_phase(
     else:
         twin = broadcast(rev, chunks=coll.chunks, root=coll.root)
     rev_instance = _sub_instance(instance, rev, twin)
-    native = _native_reduction(instance, method, options)
-    if native is not None and coll.chunks * len(topo.gpus) > NATIVE_ONLY_ABOVE:
+    only = coll.chunks * len(topo.gpus) > NATIVE_ONLY_ABOVE
+    native = _native_reduction(instance, method, options, check=not only)
+    if native is not None and only:
         return native  # the relayed reflections' placement grows too fast to try as well
     # Unequal delays at a node make the per-link reflection shift its links by different
     # constants, which breaks single-port; the uniform-delay twin's reflection keeps it.
