@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def test_arc_packing_reaches_x_star_within_capacity_on_dgx2_x2() -> None:
             for tail, path in arcs:
                 links = twin.topology.links
                 assert links[path[0]].src == heads[tail]  # an arc leaves a node already reached
-                assert all(links[a].dst == links[b].src for a, b in zip(path, path[1:], strict=False))
+                assert all(links[a].dst == links[b].src for a, b in pairwise(path))
                 head = links[path[-1]].dst
                 assert head not in reached
                 reached.add(head)
