@@ -11,16 +11,25 @@ placement also scans slot by slot: minutes at C = 128).
 
 Here the reduction is built as what it is:
 
-1. **Packing** on the reversed topology with the loads of
-   :func:`~ccplan.heuristics.trees_pack.link_loads`: a link into a relaying switch carries
-   one partial sum per terminal-level arc through it (ForestColl's splitting-off accounting),
-   so the rate is the optimal one wherever splitting-off applies.
-2. **Placement** of every chunk's *arcs* (a path from a GPU, or a switch that may reduce,
-   through relaying switches to the next such node) in the reversed direction, in the
-   reservation table of the ``trees`` engine, in its chunk order: each hop at the earliest
-   slot after the previous one's arrival (a send of ``l`` slots at a multiple of ``l``), an
-   arc after the one that reached its tail; two arcs of a chunk through one relaying switch
-   stay there in disjoint slot intervals (the switch holds one partial sum of a chunk).
+1. **Packing** on the reversed topology. Where every switch relays and many GPUs sit behind
+   one (DGX-2's NVSwitch, a leaf of a fat tree), by :func:`pack_arc_trees`: column generation
+   over terminal-level arborescences whose *arcs* are whole paths through relaying switches,
+   each arc charged on every link of its path (ForestColl's splitting-off accounting, priced
+   exactly: a tree may pass one switch many times, so a chain through an NVSwitch, each GPU
+   adding its partial sum and sending it on as NCCL's ring does, is a column as well as a
+   star); then, among the columns found, the packing of least weighted squared depth at that
+   rate. Otherwise (:data:`MAX_PASSES`) by the ``trees`` engine's packing with the loads of
+   :func:`~ccplan.heuristics.trees_pack.link_loads` (one partial sum per terminal-level arc
+   through a relaying switch).
+2. **Placement** of every chunk's arcs (a path from a GPU, or a switch that may reduce,
+   through relaying switches to the next such node) in the reversed direction, in a
+   reservation table (:class:`_Blocks`: one byte per block of ``l`` slots, so the earliest
+   free block is one ``bytearray.find``; the ``trees`` engine's table under single-port), in
+   the order ``k / rate - depth``: each hop at the earliest slot after the previous one's
+   arrival (a send of ``l`` slots at a multiple of ``l``), an arc after the one that reached
+   its tail; two arcs of a chunk through one relaying switch stay there in disjoint slot
+   intervals (the switch holds one partial sum of a chunk), and each hop into a switch is
+   moved as late as the next hop allows.
 3. **Reflection** (:mod:`ccplan.pipeline.combining`'s module docstring): the send in slot
    ``t`` on the reversed link ``e`` becomes the send in ``D - t - L_e`` on link ``e``, ``D``
    the last arrival; a hop into a relaying switch is a copy, every other a
@@ -36,7 +45,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from bisect import bisect_right
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -47,10 +57,12 @@ from ccplan.heuristics.trees import (
     _PROGRESS_EVERY,
     TreePlan,
     _chunks_by_root,
-    _placement_order,
     _stride,
     plan_trees,
+    roots_and_terminals,
+    slot_network,
 )
+from ccplan.heuristics.trees_pack import Tree, _Master, _Paths, min_arborescence, optimal_rate
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline
@@ -117,12 +129,219 @@ def _arcs(
     return out
 
 
+ArcTrees = dict[int, list[list[tuple[int, list[int]]]]]
+"""Per root id, per tree: its arcs (:func:`_arcs`'s form)."""
+
+_PACK_SHARE = 0.4  # share of the deadline the arc packing may use; the rest places the sends
+_RATE_KEPT = 1e-4  # relative rate the depth-minimising solve may give up
+_MWU_ETA = 4.0  # steepness of the seed rounds' link lengths (as trees_pack's seeds)
+
+
+def _arc_of(paths: _Paths, pred: np.ndarray, p: int, c: int) -> list[int]:
+    """Links of the cheapest path from terminal ``p`` to terminal ``c`` (terminal indices)
+    through relays only, from the Dijkstra predecessors of row ``p``."""
+    n = paths.net.n
+    terms = paths.terminals
+    nodes = [n + terms[c]]
+    while nodes[-1] != terms[p]:
+        nodes.append(int(pred[p, nodes[-1]]))
+    nodes.reverse()
+    links = []
+    cur = terms[p]
+    for b in nodes[1:]:
+        links.append(paths.link_of[(cur, b)])
+        cur = b - n if b >= n else b
+    return links
+
+
+def _arc_tree(paths: _Paths, parent: np.ndarray, root: int, pred: np.ndarray) -> list[tuple[int, list[int]]]:
+    """The arcs of a terminal-level arborescence (``parent`` per terminal index), every path
+    kept whole (no merging at a relay: each arc pays for its links), in breadth-first order
+    with the index of the tail's hold time (root 0, the head of arc j index j + 1)."""
+    children: list[list[int]] = [[] for _ in paths.terminals]
+    for v, p in enumerate(parent.tolist()):
+        if p >= 0:
+            children[p].append(v)
+    where = {root: 0}
+    arcs: list[tuple[int, list[int]]] = []
+    queue = [root]
+    for p in queue:
+        for c in children[p]:
+            queue.append(c)
+            arcs.append((where[p], _arc_of(paths, pred, p, c)))
+            where[c] = len(arcs)
+    return arcs
+
+
+def _depth(arcs: list[tuple[int, list[int]]], lat: np.ndarray) -> float:
+    """Latency depth (slots) of an arc tree: the largest sum of ``L`` from the root to a node."""
+    at = [0.0] * (len(arcs) + 1)
+    for j, (tail, path) in enumerate(arcs, start=1):
+        at[j] = at[tail] + float(lat[path].sum())
+    return max(at)
+
+
+@dataclass
+class _ArcPool:
+    """A column generation's state, kept for the next instance with the same capacities."""
+
+    optimal: float
+    master: _Master
+    columns: list[tuple[int, list[tuple[int, list[int]]]]]
+    seen: set[tuple[int, tuple[tuple[int, ...], ...]]]
+
+
+_PACKINGS_KEPT = 2
+_ARC_PACKINGS: dict[tuple[Any, ...], _ArcPool] = {}
+"""The last column pools by slot network, roots, terminals and gap, newest last: ``--chunks
+auto`` solves one topology at C = 1, 2, 4, ..., whose capacities ``omega / l`` stay the same
+while the latencies ``L`` change, so the columns are generated once (and go on from where a
+deadline stopped them) and only the depth-minimising solve is repeated."""
+
+
+def pack_arc_trees(
+    instance: Instance,
+    deadline: Deadline,
+    gap: float = 1e-3,
+    max_iterations: int = 500,
+    seed_rounds: int = 6,
+) -> tuple[ArcTrees, dict[int, list[float]], float, float]:
+    """Reduce trees of the reversed twin ``instance`` (every switch relays) as terminal-level
+    arborescences whose arcs are whole paths through switches, packed by column generation.
+
+    The master LP is :mod:`~ccplan.heuristics.trees_pack`'s (max common rate ``z`` under the
+    link capacities ``omega / l``); a column's load on a link is the number of its arcs that
+    use it, and the pricing (the cheapest path per terminal pair under the duals, then the
+    minimum arborescence on the terminals) prices exactly that load: a tree whose arcs meet in
+    a switch is not merged there, so a chain through one switch (each GPU adds its partial sum
+    and sends it on, NCCL's ring through an NVSwitch) is a column as well as a star (every GPU
+    sends to the owner). The generation stops within ``gap`` of ``x*``, when no tree prices
+    out, or at the deadline. A last solve keeps that rate (to :data:`_RATE_KEPT`) and
+    minimises the weighted latency depth over the columns found: a pipeline pays its deepest
+    tree once (leaf-spine 64 at C = 16: 2,146 -> 2,122 slots for 2,016 of rate term).
+
+    Returns
+    -------
+    (dict, dict, float, float)
+        Arc trees and their weights per root id, the LP's rate and ``x*`` (chunks per slot).
+    """
+    net = slot_network(instance)
+    topo = instance.topology
+    pos = topo.node_index
+    roots, terminals = roots_and_terminals(instance)
+    r_pos = [pos[r] for r in roots]
+    t_pos = [pos[t] for t in terminals]
+    cap = np.array([float(c) for c in net.cap])
+    lat = np.asarray(instance.latency, dtype=float)
+    key = (net.src, net.dst, net.cap, tuple(r_pos), tuple(t_pos), gap)
+    cached = _ARC_PACKINGS.pop(key, None)
+    if cached is None:
+        x_star, _ = optimal_rate(net, r_pos, t_pos, deadline)
+        cached = _ArcPool(float(x_star), _Master(r_pos, cap), [], set())
+    else:
+        log.info("trees reduction: the columns of an earlier instance with these capacities (another C)")
+    _ARC_PACKINGS[key] = cached
+    while len(_ARC_PACKINGS) > _PACKINGS_KEPT:
+        _ARC_PACKINGS.pop(next(iter(_ARC_PACKINGS)))
+    optimal = cached.optimal
+    master, columns, seen = cached.master, cached.columns, cached.seen
+    paths = _Paths(net, t_pos)
+
+    def add(rp: int, arcs: list[tuple[int, list[int]]], pi: np.ndarray | None, sigma: float) -> bool:
+        loads: dict[int, int] = {}
+        for _, path in arcs:
+            for e in path:
+                loads[e] = loads.get(e, 0) + 1
+        if pi is not None and float(sum(pi[e] * k for e, k in loads.items())) >= sigma - 1e-9:
+            return False
+        key = (rp, tuple(sorted(tuple(p) for _, p in arcs)))
+        if key in seen:
+            return False
+        seen.add(key)
+        columns.append((rp, arcs))
+        master.add(Tree(rp, tuple(loads)), loads)
+        return True
+
+    load = np.zeros(net.num_links)
+    h = master.h
+    h.changeColBounds(0, 0.0, master.inf)  # a cached master left at the depth solve
+    h.changeColCost(0, 1.0)
+    for j in range(1, len(columns) + 1):
+        h.changeColCost(j, 0.0)
+    for k in range(1, seed_rounds + 1 if not columns else 0):
+        for rp in r_pos:
+            length = np.exp(np.minimum(_MWU_ETA * load * optimal / (k * cap), 50.0)) / cap
+            w, pred = paths.matrix(length)
+            i = paths.pos[rp]
+            arcs = _arc_tree(paths, min_arborescence(w, i), i, pred)
+            for _, path in arcs:
+                load[path] += 1
+            add(rp, arcs, None, 0.0)
+        if deadline.expired:
+            break
+    z, weights, sigma, pi = master.solve()
+    rounds = 0
+    for rounds in range(1, max_iterations + 1):  # noqa: B007 (logged below)
+        if z >= optimal * (1 - gap) or deadline.expired:
+            break
+        w, pred = paths.matrix(pi)
+        added = 0
+        for j, rp in enumerate(r_pos):
+            i = paths.pos[rp]
+            added += add(rp, _arc_tree(paths, min_arborescence(w, i), i, pred), pi, float(sigma[j]))
+        if not added:
+            break
+        z, weights, sigma, pi = master.solve()
+    # among the columns found, the shallowest packing at this rate
+    first = z
+    h.changeColBounds(0, first * (1 - _RATE_KEPT), master.inf)
+    h.changeColCost(0, 0.0)
+    for j, (_, arcs) in enumerate(columns, start=1):
+        h.changeColCost(j, -_depth(arcs, lat) ** 2)
+    z, weights, _, _ = master.solve()
+    if z < first * (1 - 2 * _RATE_KEPT):  # the LP lost the rate (numerics): keep the first solve
+        h.changeColBounds(0, 0.0, master.inf)
+        h.changeColCost(0, 1.0)
+        for j in range(1, len(columns) + 1):
+            h.changeColCost(j, 0.0)
+        z, weights, _, _ = master.solve()
+    log.info("trees reduction: arc packing rate %.6g = %.4f of x* after %d rounds, %d columns",
+             z, z / optimal if optimal else 0.0, rounds, len(columns))
+    compiled: ArcTrees = {r: [] for r in roots}
+    out_w: dict[int, list[float]] = {r: [] for r in roots}
+    ids = topo.node_ids
+    for (rp, arcs), y in zip(columns, weights.tolist(), strict=True):
+        if y > 1e-9:
+            compiled[ids[rp]].append([(tail, [int(e) for e in path]) for tail, path in arcs])
+            out_w[ids[rp]].append(y)
+    for rp in r_pos:
+        if not compiled[ids[rp]]:  # a root the LP starved (z = 0): keep its first tree
+            compiled[ids[rp]].append(next(a for q, a in columns if q == rp))
+            out_w[ids[rp]].append(0.0)
+    return compiled, out_w, z, optimal
+
+
 MAX_PASSES = 4.0
-"""Mean arcs of a tree through its busiest relaying switch above which :func:`reduction_schedule`
-declines: the partial sums of a chunk pass a switch one at a time, so a star through one
-switch (DGX-2's NVSwitch: 14 arcs per tree) serialises each chunk's reduction (0.72 of the
-physical bound at C = 128 on DGX-2 x2, the relayed reflection 0.94); AMD x2 has 1.2, NDv2 x4
-3 (0.998 of the bound at C = 64, the relayed reflection 0.937)."""
+"""Where at most this many GPUs send into any relaying switch (and where some switches may
+reduce), the trees are :func:`~ccplan.heuristics.trees.plan_trees`' packing (paths merged in
+the pricing, then its shallow phase) and they are kept while their mean arcs through the
+busiest relaying switch stay at most this many: AMD x2 has 1.2 (C = 512: 9,619 slots, the
+arc packing 9,673), NDv2 x4 3. Above, or with more GPUs behind a switch, the arc packing
+(:func:`pack_arc_trees`): the merged pricing does not see a tree that passes one switch many
+times (DGX-2 x2: 0.72 of x*), which a star through one switch needs (DGX-2's NVSwitch: 14
+arcs a tree; the merged packing with the relayed reflection reached 0.94 of the physical
+bound at C = 128 in 478 s, the arc packing 0.991 in 4 s). With switches that may reduce the
+arc packing does not apply (its arcs end at GPUs only) and the reduction declines."""
+
+
+def _gpus_behind(instance: Instance, relays: frozenset[int]) -> int:
+    """The most GPUs that send into one relaying switch of ``instance``."""
+    gpus = set(instance.topology.gpus)
+    count: dict[int, int] = {}
+    for lk in instance.topology.links:
+        if lk.dst in relays and lk.src in gpus:
+            count[lk.dst] = count.get(lk.dst, 0) + 1
+    return max(count.values(), default=0)
 
 
 def serial_passes(instance: Instance, plan: TreePlan, relays: frozenset[int]) -> float:
@@ -142,38 +361,188 @@ def serial_passes(instance: Instance, plan: TreePlan, relays: frozenset[int]) ->
     return total / weight if weight > 0 else 0.0
 
 
+def _order(
+    instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]],
+    chunks_of: dict[int, list[int]], picks: dict[int, list[int]],
+) -> list[tuple[int, int]]:
+    """``(k, root)`` pairs by ``k / rate - depth``: the slot at which the root's ``k``-th chunk
+    leaves at its trees' rate, less the latency depth of the tree it rides (the order of
+    :func:`ccplan.heuristics.trees._placement_order`, on arc trees)."""
+    lat = instance.latency
+    keyed: list[tuple[float, int, int]] = []
+    for r, idx in chunks_of.items():
+        rate = sum(weights[r]) or 1.0  # a starved root (the LP gave it nothing): index order
+        deep = []
+        for arcs in compiled[r]:
+            at = [0.0] * (len(arcs) + 1)
+            for j, (tail, path) in enumerate(arcs, start=1):
+                at[j] = at[tail] + float(sum(lat[e] for e in path))
+            deep.append(max(at))
+        keyed.extend((k / rate - deep[picks[r][k]], k, r) for k in range(len(idx)))
+    keyed.sort()
+    return [(k, r) for _, k, r in keyed]
+
+
+class _Table:
+    """The full reservation table of the ``trees`` engine (outages and ports included), with
+    the calls :func:`_place_chunk` makes: sends of ``l`` slots start on multiples of ``l``."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.occ = [int(x) for x in instance.occupancy]
+        res = Reservations(instance)
+        self._free_start = res.free_start
+        self.is_free = res.is_free
+        self.reserve = res.reserve
+
+    def earliest(self, e: int, t: int) -> int | None:
+        step = self.occ[e]
+        t = self._free_start(e, t)
+        while t % step:
+            t = self._free_start(e, t + step - t % step)
+        return t
+
+    def align_down(self, e: int, t: int) -> int:
+        return t - t % self.occ[e]
+
+    def latest(self, e: int, lo: int, hi: int) -> int:
+        """The latest free start in ``lo .. hi`` (``lo`` is free and aligned)."""
+        s = self.align_down(e, hi)
+        while s > lo and not self.is_free(e, s):
+            s = self.align_down(e, s - 1)
+        return max(s, lo)
+
+
+class _Blocks:
+    """A full table without outages or ports, faster than :class:`_Table`: link ``e``'s
+    time cut into blocks of ``l`` slots, one byte per block (full or not), so the earliest
+    free block is one ``bytearray.find``."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.occ = [int(x) for x in instance.occupancy]
+        self.omega = [int(x) for x in instance.link_capacity]
+        self.full = [bytearray(256) for _ in self.occ]
+        self.count: dict[tuple[int, int], int] = {}
+
+    def earliest(self, e: int, t: int) -> int | None:
+        step = self.occ[e]
+        b = -(-t // step)
+        row = self.full[e]
+        i = row.find(0, b)
+        return (i if i >= 0 else max(b, len(row))) * step
+
+    def align_down(self, e: int, t: int) -> int:
+        return t - t % self.occ[e]
+
+    def latest(self, e: int, lo: int, hi: int) -> int:
+        """The latest free start in ``lo .. hi`` (``lo`` is free and aligned)."""
+        step = self.occ[e]
+        row = self.full[e]
+        b = hi // step
+        if b * step <= lo:
+            return lo
+        if b >= len(row):
+            return b * step
+        found = row.rfind(0, lo // step + 1, b + 1)
+        return found * step if found >= 0 else lo
+
+    def is_free(self, e: int, t: int) -> bool:
+        row = self.full[e]
+        b = t // self.occ[e]
+        return b >= len(row) or not row[b]
+
+    def reserve(self, e: int, t: int) -> None:
+        row = self.full[e]
+        b = t // self.occ[e]
+        if b >= len(row):
+            row.extend(bytes(max(b + 1 - len(row), len(row))))
+        if self.omega[e] > 1:  # a link faster than the slot: omega sends per block
+            k = self.count.get((e, b), 0) + 1
+            self.count[(e, b)] = k
+            if k < self.omega[e]:
+                return
+        row[b] = 1
+
+
+def _place_chunk(
+    table: _Table | _Blocks, arcs: list[tuple[int, list[int]]], release: int, lat: list[int], dst: list[int],
+) -> list[int] | None:
+    """Start slots of one chunk's hops (arcs in order, hops in path order) in ``table``, the
+    root holding the chunk from ``release`` (step 2 of the module docstring)."""
+    hold = [release] * (len(arcs) + 1)
+    # relaying switch -> this chunk's stays there (disjoint: starts and ends sorted alike)
+    stays: dict[int, tuple[list[int], list[int]]] = {}
+    out: list[int] = []
+    earliest, latest, reserve = table.earliest, table.latest, table.reserve
+    for j, (tail, path) in enumerate(arcs, start=1):
+        t0 = hold[tail]
+        if len(path) == 1:  # no switch on the way: no stay to keep apart
+            e = path[0]
+            s = earliest(e, t0)
+            if s is None:
+                return None
+            reserve(e, s)
+            hold[j] = s + lat[e]
+            out.append(s)
+            continue
+        while True:
+            t = t0
+            starts = []
+            for e in path:
+                s = earliest(e, t)
+                if s is None:
+                    return None
+                starts.append(s)
+                t = s + lat[e]
+            # just in time: each hop into a switch as late as the next hop allows, so a
+            # partial sum stays in the switch briefly (fewer clashes with the chunk's other
+            # arcs there) and the earlier slot is left to later chunks
+            for h in range(len(path) - 2, -1, -1):
+                e = path[h]
+                starts[h] = latest(e, starts[h], starts[h + 1] - lat[e])
+            wait = 0
+            for h in range(1, len(path)):
+                lo = starts[h - 1] + lat[path[h - 1]]
+                here = stays.get(dst[path[h - 1]])
+                if here:
+                    # the stays that overlap [lo, hi] are those from the first ending at or
+                    # after lo to the last starting at or before hi
+                    last = bisect_right(here[0], starts[h]) - 1
+                    if last >= 0 and here[1][last] >= lo:
+                        wait = max(wait, here[1][last] + 1 - lo)
+            if not wait:
+                break
+            t0 = starts[0] + wait
+        for h, (e, s) in enumerate(zip(path, starts, strict=True)):
+            reserve(e, s)
+            if h:
+                a = starts[h - 1] + lat[path[h - 1]]
+                here = stays.setdefault(dst[path[h - 1]], ([], []))
+                k = bisect_right(here[0], a)
+                here[0].insert(k, a)
+                here[1].insert(k, s)
+        hold[j] = t
+        out.extend(starts)
+    return out
+
+
 def place_arcs(
-    instance: Instance, plan: TreePlan, relays: frozenset[int], deadline: Deadline
+    instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]], deadline: Deadline
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Columns ``(slot, root, index, link)`` of every chunk's arcs placed on ``instance`` (the
-    reversed twin), step 2 of the module docstring."""
+    reversed twin) in the full reservation table, step 2 of the module docstring; root
+    ``r``'s chunks ride its trees ``compiled[r]`` in proportion to ``weights[r]``."""
     lat = [int(x) for x in instance.latency]
-    occ = [int(x) for x in instance.occupancy]
     dst = [lk.dst for lk in instance.topology.links]
-    res = Reservations(instance)
-    free_start = res.free_start
-    is_free = res.is_free
-    reserve = res.reserve
-    compiled = _arcs(instance, plan, relays)
+    fast = not (instance.single_port or instance.outages)
+    table: _Table | _Blocks = _Blocks(instance) if fast else _Table(instance)
     chunks_of = _chunks_by_root(instance)
-    picks = {}
-    pos = instance.topology.node_index
-    for r, idx in chunks_of.items():
-        picks[r] = _stride([t.weight for t in plan.packing.trees[pos[r]]], len(idx))
-    order = _placement_order(instance, plan, chunks_of, picks)
+    picks = {r: _stride(weights[r], len(idx)) for r, idx in chunks_of.items()}
+    order = _order(instance, compiled, weights, chunks_of, picks)
     slot_c: list[int] = []
     root_c: list[int] = []
     index_c: list[int] = []
     link_c: list[int] = []
     last_note = time.perf_counter()
-
-    def earliest(e: int, t: int) -> int:
-        step = occ[e]
-        t = free_start(e, t)
-        while t % step:
-            t = free_start(e, t + step - t % step)
-        return t
-
     for n_done, (k, r) in enumerate(order):
         if n_done % 256 == 0:
             deadline.check()
@@ -181,48 +550,14 @@ def place_arcs(
             if now - last_note >= _PROGRESS_EVERY:
                 log.info("trees: placed the arcs of %d of %d chunks", n_done, len(order))
                 last_note = now
-        i = chunks_of[r][k]
         arcs = compiled[r][picks[r][k]]
-        hold = [0] * (len(arcs) + 1)
-        stays: dict[int, list[tuple[int, int]]] = {}  # relaying switch -> this chunk's stays
-        for j, (tail, path) in enumerate(arcs, start=1):
-            t0 = hold[tail]
-            while True:
-                t = t0
-                starts = []
-                for e in path:
-                    s = earliest(e, t)
-                    starts.append(s)
-                    t = s + lat[e]
-                # just in time: each hop into a switch as late as the next hop allows, so a
-                # partial sum stays in the switch briefly (fewer clashes with the chunk's
-                # other arcs there) and the earlier slot is left to later chunks
-                for h in range(len(path) - 2, -1, -1):
-                    e = path[h]
-                    s = starts[h + 1] - lat[e]
-                    s -= s % occ[e]
-                    while s > starts[h] and not is_free(e, s):
-                        s -= occ[e]
-                    starts[h] = max(s, starts[h])
-                wait = 0
-                for h in range(1, len(path)):
-                    lo = starts[h - 1] + lat[path[h - 1]]
-                    hi = starts[h]
-                    for a, b in stays.get(dst[path[h - 1]], ()):
-                        if lo <= b and hi >= a:
-                            wait = max(wait, b + 1 - lo)
-                if not wait:
-                    break
-                t0 = starts[0] + wait
-            for h, (e, s) in enumerate(zip(path, starts, strict=True)):
-                reserve(e, s)
-                if h:
-                    stays.setdefault(dst[path[h - 1]], []).append((starts[h - 1] + lat[path[h - 1]], s))
-            hold[j] = t
-            slot_c.extend(starts)
+        starts = _place_chunk(table, arcs, 0, lat, dst)
+        assert starts is not None  # the full table always has room
+        slot_c.extend(starts)
+        for _, path in arcs:
             link_c.extend(path)
-            root_c.extend([r] * len(path))
-            index_c.extend([i] * len(path))
+        root_c.extend([r] * len(starts))
+        index_c.extend([chunks_of[r][k]] * len(starts))
     as_array = np.asarray
     return (as_array(slot_c, dtype=np.int64), as_array(root_c, dtype=np.int64),
             as_array(index_c, dtype=np.int64), as_array(link_c, dtype=np.int64))
@@ -268,12 +603,20 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     twin = _twin(instance)
     relays = relaying_switches(instance)
     pos = twin.topology.node_index
-    plan = plan_trees(twin, deadline, extra, frozenset(pos[v] for v in relays))
-    passes = serial_passes(twin, plan, relays)
-    if passes > MAX_PASSES:
-        raise ValidationError(
-            f"trees reduction: {passes:.1f} arcs of a tree pass one relaying switch on average "
-            f"(more than {MAX_PASSES}): their partial sums would queue in its one buffer"
-        )
-    slot, root, index, link = place_arcs(twin, plan, relays, deadline)
+    compiled: ArcTrees | None = None
+    if instance.reducing_switches or _gpus_behind(instance, relays) <= MAX_PASSES:
+        plan = plan_trees(twin, deadline, extra, frozenset(pos[v] for v in relays))
+        passes = serial_passes(twin, plan, relays)
+        if passes <= MAX_PASSES:
+            compiled = _arcs(twin, plan, relays)
+            weights = {r: [t.weight for t in plan.packing.trees[pos[r]]] for r in compiled}
+        elif instance.reducing_switches:
+            raise ValidationError(
+                f"trees reduction: {passes:.1f} arcs of a tree pass one relaying switch on average "
+                f"(more than {MAX_PASSES}): their partial sums would queue in its one buffer"
+            )
+    if compiled is None:
+        share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
+        compiled, weights, _, _ = pack_arc_trees(twin, share, float((extra or {}).get("trees_gap", 1e-3)))
+    slot, root, index, link = place_arcs(twin, compiled, weights, deadline)
     return reflect(instance, slot, root, index, link, relays)

@@ -39,7 +39,8 @@ r"""Turning a data-movement engine into a combining one (DESIGN.md, "Collectives
   verified. For ``trees`` with switches that cannot reduce, the reduction of
   :mod:`ccplan.heuristics.trees_reduce` (trees packed and placed with one partial sum per
   path through such a switch) comes first; it is the only candidate above
-  :data:`NATIVE_ONLY_ABOVE` chunks, where the relays' placement is too slow to try as well.
+  :data:`NATIVE_ONLY_ABOVE` chunks, where the relays' placement is too slow to try as well,
+  and is then verified once, by the caller (``solve``, or the AllReduce below).
 - **Reduce** = Broadcast on the reversed topology, reversed the same way.
 - **AllReduce** = ReduceScatter (as above, against the outages), then the AllGather of the
   engine on the original topology shifted by the ReduceScatter makespan (``"concat"``).
@@ -257,26 +258,37 @@ OUTAGE_ROUNDS = 4
 """Horizons :func:`_reversed_phase` tries with the outages reflected (module docstring)."""
 
 
-NATIVE_REDUCTION: frozenset[str] = frozenset({"trees"})
+NATIVE_REDUCTION: frozenset[str] = frozenset({"trees", "heuristic"})
 """Methods whose reduction through switches that cannot reduce is built by
 :mod:`ccplan.heuristics.trees_reduce` (reduce trees whose paths through such a switch are
-packed and placed one by one) instead of relaying the reflected AllGather's switch sums."""
+packed and placed one by one) instead of relaying the reflected AllGather's switch sums:
+``trees``, and the ``heuristic`` portfolio, whose AllGather includes the ``trees`` engine
+(the user path ``solve --method heuristic`` relayed its reflection only, and on AMD x2 ran
+out of its minute at C = 1)."""
 
 
-NATIVE_ONLY_ABOVE = 512
+NATIVE_ONLY_ABOVE = 16
 """Chunks in all (C x GPUs) above which the native reduction, when it applies, is the only
 candidate; below, the relayed reflections are tried as well and the shortest is kept (on a
 two-chassis fabric of four GPUs the relays meet the bound, the native reduction is 2 slots
-longer)."""
+longer). Kept small: the relays' slot-by-slot placement and the AllGather run for them cost
+more than the native reduction from a few dozen chunks on (leaf-spine 64 at C = 1: 27.6 s
+with them, 13.1 s without; AMD x2 at C = 1 with the ``heuristic`` portfolio: 31 s of
+``--chunks auto``'s minute; with 512 here it spent its minute below C = 16 on leaf-spine)."""
 
 
 def _native_reduction(
-    instance: Instance, method: str, options: SolveOptions
+    instance: Instance, method: str, options: SolveOptions, check: bool = True
 ) -> tuple[Schedule, Outcome] | None:
     """The reduction of :mod:`ccplan.heuristics.trees_reduce` when it applies to ``method`` and
     ``instance`` and verifies, else None (the generic reversal follows). A relayed
     reflection of a tree that branches in such a switch sends one partial sum per branch over
-    the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32)."""
+    the switch's link (on AMD x2's saturated NIC uplinks 37 % above the bound at C = 32).
+
+    ``check=False`` leaves the verification to the caller (the schedule is then returned as
+    the phase's only candidate, and ``solve`` or the AllReduce verifies it): the replay of a
+    reduction is most of the time at large C (AMD x2 C = 1,024: 21 s for 1.1 M sends, the
+    reduction itself 4.4 s), and it ran twice."""
     from ccplan.heuristics.trees_reduce import applies, reduction_schedule
 
     if method not in NATIVE_REDUCTION or not applies(instance):
@@ -288,13 +300,14 @@ def _native_reduction(
     except (OutOfTimeError, ValidationError) as exc:
         log.info("reversal: the trees reduction gave nothing (%s); relayed reflections follow", exc)
         return None
-    report = verify(instance, schedule)
-    if not report.ok:
-        log.error("the trees reduction fails verification: %s", report.violations[0])
-        return None
-    details = {
-        "reduction": "trees_reduce", "slots": report.makespan_slots, "seconds": time.perf_counter() - start,
-    }
+    slots = None
+    if check:
+        report = verify(instance, schedule)
+        if not report.ok:
+            log.error("the trees reduction fails verification: %s", report.violations[0])
+            return None
+        slots = report.makespan_slots
+    details = {"reduction": "trees_reduce", "slots": slots, "seconds": time.perf_counter() - start}
     return schedule, Outcome(schedule=schedule, status="feasible", details=details)
 
 
@@ -318,8 +331,9 @@ def _reversed_phase(
     else:
         twin = broadcast(rev, chunks=coll.chunks, root=coll.root)
     rev_instance = _sub_instance(instance, rev, twin)
-    native = _native_reduction(instance, method, options)
-    if native is not None and coll.chunks * len(topo.gpus) > NATIVE_ONLY_ABOVE:
+    only = coll.chunks * len(topo.gpus) > NATIVE_ONLY_ABOVE
+    native = _native_reduction(instance, method, options, check=not only)
+    if native is not None and only:
         return native  # the relayed reflections' placement grows too fast to try as well
     # Unequal delays at a node make the per-link reflection shift its links by different
     # constants, which breaks single-port; the uniform-delay twin's reflection keeps it.
