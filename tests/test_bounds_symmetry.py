@@ -164,7 +164,8 @@ def _flow_values(inst: Instance) -> Callable[[int], int]:
 
     @functools.cache
     def value(v: int) -> int:
-        return search._min_feasible(lambda D: slots._flow_ok(prob, search._SlotCapacity(prob), views[v], D), 0)
+        view = views[v]
+        return search._min_feasible(lambda D: slots._flow_ok(prob, search._SlotCapacity(prob), view, D), 0)
 
     return value
 

@@ -11,16 +11,17 @@ GPU count, C, collective, seed, engine) rebuilds the instance.
 Per engine the contract is: a schedule the independent verifier accepts, or a clean refusal
 (a :class:`ccplan.errors.CCPlanError`: the engine does not implement the collective, the
 topology has no Hamiltonian ring, ...); never an IndexError or the like, and never a schedule
-that fails verification. A heuristic's makespan is at least the lower bound of
+that fails verification. A schedule's makespan is at least the lower bound of
 :func:`ccplan.bounds.lower_bound_slots`, and in microseconds at least the physical bound
-(:func:`ccplan.pipeline.solve.physical_of`, a bound on any schedule). The physical bound depends
-on the instance only, so it is computed once per fabric here, not once per engine inside
-:func:`~ccplan.pipeline.solve.solve` (``physical_bound: False``; that was a quarter of the time). The exact engines (``milp``, ``exact-combining``) get
+(:func:`ccplan.pipeline.solve.physical_of`, a bound on any schedule). The physical bound
+depends on the instance only, so it is computed once per fabric here, not once per engine
+inside :func:`~ccplan.pipeline.solve.solve` (``physical_bound: False``; that was a quarter of
+the file's time). The exact engines (``milp``, ``exact-combining``) get
 a 3 s limit and one worker, on the small data-movement instances only (others are skipped,
 saying why); for them a run out of time without a schedule is a clean outcome too.
 
 Instances are kept small (at most 12 GPUs, ``N * C <= 40`` chunks or N = 4, sizes from 1 MB up) so the
-whole file runs in about a minute on one core.
+whole file runs in about two minutes on one core.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ NIC_ALPHAS_US = (0.0, 1.3, 2.0)
 COLLECTIVES = ("allgather", "allgather", "allgather", "broadcast", "reducescatter", "allreduce")
 ENGINES = method_names()
 
-pytestmark = pytest.mark.slow  # 3,000 short runs, about a minute in all
+pytestmark = pytest.mark.slow  # 3,600 short runs, about two minutes of CPU in all
 
 
 @dataclass(frozen=True)
