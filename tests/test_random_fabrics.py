@@ -15,8 +15,8 @@ that fails verification. A schedule's makespan is at least the lower bound of
 :func:`ccplan.bounds.lower_bound_slots`, and in microseconds at least the physical bound
 (:func:`ccplan.pipeline.solve.physical_of`, a bound on any schedule). The physical bound
 depends on the instance only, so it is computed once per fabric here, not once per engine
-inside :func:`~ccplan.pipeline.solve.solve` (``physical_bound: False``; that was a quarter of
-the file's time). The exact engines (``milp``, ``exact-combining``) get
+inside :func:`~ccplan.pipeline.solve.solve` (``physical_bound: False``; that was a sixth to a
+fifth of the file's CPU time). The exact engines (``milp``, ``exact-combining``) get
 a 3 s limit and one worker, on the small data-movement instances only (others are skipped,
 saying why); for them a run out of time without a schedule is a clean outcome too.
 
