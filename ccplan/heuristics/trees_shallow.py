@@ -55,28 +55,43 @@ def depth(tree: Tree, src: Sequence[int], dst: Sequence[int], latency: Sequence[
 def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tuple[int, ...]:
     """Links of the shortest-path tree from ``root`` under ``cost``, pruned to the paths that
     reach terminals, in topological order."""
+    return _spts(net, [root], cost, terminals)[0]
+
+
+def _spts(
+    net: Network, roots: Sequence[int], cost: np.ndarray, terminals: np.ndarray
+) -> list[tuple[int, ...]]:
+    """:func:`_spt` of every root in ``roots``, from one Dijkstra call (one graph for all:
+    building it was most of the shallow phase's time, 32 roots times 10 weights a round)."""
     graph = sp.csr_array((cost, (np.asarray(net.src), np.asarray(net.dst))), shape=(net.n, net.n))
-    dist, pred = dijkstra(graph, directed=True, indices=root, return_predecessors=True)
-    keep = np.zeros(net.n, dtype=bool)
+    dist, pred = dijkstra(graph, directed=True, indices=list(roots), return_predecessors=True)
+    return [_pruned(net, root, dist[i], pred[i], terminals) for i, root in enumerate(roots)]
+
+
+def _pruned(
+    net: Network, root: int, dist: np.ndarray, pred_row: np.ndarray, terminals: np.ndarray
+) -> tuple[int, ...]:
+    pred = pred_row.tolist()
+    keep = [False] * net.n
     keep[root] = True
     for v in terminals.tolist():
         while not keep[v]:
             keep[v] = True
-            v = int(pred[v])
+            v = pred[v]
     # by distance, ties by hop count in the tree: with large duals the tiny per-link cost that
     # separates a child's distance from its parent's can round away (a float sum never drops)
-    hops = np.full(net.n, -1, dtype=np.int64)
+    hops = [-1] * net.n
     hops[root] = 0
-    for v in np.flatnonzero(keep).tolist():
+    for v in (u for u in range(net.n) if keep[u]):
         chain = []
         while hops[v] < 0:
             chain.append(v)
-            v = int(pred[v])
+            v = pred[v]
         for u in reversed(chain):
             hops[u] = hops[v] + 1
             v = u
-    order = np.lexsort((hops, dist))
-    return tuple(net.index[(int(pred[v]), int(v))] for v in order.tolist() if keep[v] and v != root)
+    order = np.lexsort((np.asarray(hops), dist))
+    return tuple(net.index[(pred[v], v)] for v in order.tolist() if keep[v] and v != root)
 
 
 def shallow_packing(
@@ -170,10 +185,10 @@ def shallow_packing(
             break
         scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
         added = 0
-        for r in roots:
-            for mu in _MUS:
-                links = _spt(net, r, pi + mu * scale * lat + 1e-9, term)
-                tree = Tree(r, links)
+        found = [_spts(net, roots, pi + mu * scale * lat + 1e-9, term) for mu in _MUS]
+        for i, r in enumerate(roots):
+            for per_mu in found:
+                tree = Tree(r, per_mu[i])
                 loads = link_loads(tree, net.src, net.dst, relays)
                 d = depth(tree, net.src, net.dst, lat)
                 priced = float(np.dot(pi[list(loads)], list(loads.values())))

@@ -1,0 +1,89 @@
+"""The user path of a pipelined AllGather (``--method heuristic --chunks auto`` under a time
+limit) reaches the tree packing: its order in the portfolio and the candidates' budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ccplan.contract import SolveOptions
+from ccplan.heuristics.search import TREES_FIRST, heuristic_search
+from ccplan.instances import make_collective, make_instance
+from ccplan.instances.builtin import ring
+from ccplan.schedule.verify import verify
+
+
+def test_many_chunks_under_a_time_limit_run_the_tree_packing_first():
+    """A ring of 4 GPUs with C = 64 chunks each has 256 = ``TREES_FIRST`` chunks. Under a time
+    limit with a soft budget of 0 (the first complete schedule only, as ``--chunks auto`` runs
+    its candidates) the portfolio builds the tree packing and nothing else: not the classic
+    ring first (it only runs when nothing else gave a schedule), and no MTEGCCA variant after
+    the first complete schedule. Before, the ring ran first and MTEGCCA's per-chunk trees
+    were the first schedule, so the tree packing ran behind work that grows faster than
+    linearly with the chunks."""
+    topo = ring(4, alpha_us=0.5)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=64), "64MB")
+    assert len(inst.collective.holders) == TREES_FIRST
+    best, cands, facts = heuristic_search(inst, time_limit=60.0, budget=0.0)
+    assert [c.label for c in cands] == ["trees"]
+    assert best is not None and best.label == "trees"
+    report = verify(inst, best.schedule)
+    assert report.ok and report.makespan_slots == best.makespan
+    assert best.makespan >= facts["lower_bound_slots"]  # type: ignore[operator]
+
+
+def test_few_chunks_keep_the_portfolio_order():
+    """Below ``TREES_FIRST`` chunks (4 GPUs, C = 2: 8 chunks) MTEGCCA's variants take well under
+    a second and are the better ones at few chunks: the ring safety net and the per-chunk
+    MTEGCCA trees come first as before."""
+    topo = ring(4, alpha_us=0.5)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=2), "64MB")
+    best, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.0)
+    labels = [c.label for c in cands]
+    assert labels[0] == "ring-1" and labels[1].startswith("mteg[")
+    assert best is not None and verify(inst, best.schedule).ok
+
+
+def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatch):
+    """``--chunks auto`` under a time limit runs each candidate of a portfolio with a soft
+    budget of 0 and without the flow-over-time bound (stand-in engine: times 1 -> 200,
+    2 -> 150, 4 -> 120, 8 -> 125, 16 -> 130 us, physical bound 100 us, slot bound one slot:
+    the doubling stops at C = 16, two doublings in a row without a gain), then solves the
+    chosen C = 4 once more with the options as given; that second run (110 us) is kept, being
+    faster. Options the caller set are not overridden: a soft budget given stays."""
+    import ccplan.pipeline.chunks as chunks
+
+    times = {1: 200.0, 2: 150.0, 4: 120.0, 8: 125.0, 16: 130.0, 32: 135.0}
+    calls: list[tuple[int, dict]] = []
+
+    @dataclass(frozen=True)
+    class Fake:
+        makespan_us: float
+        lower_bound_slots: int = 1
+        verified: bool = True
+        physical_bound_us: float = 100.0
+        solve_seconds: float = 0.0
+        details: dict = field(default_factory=dict)
+
+    topo = ring(4, alpha_us=0.0)
+
+    def build(c: int):
+        return make_instance(topo, make_collective("allgather", topo, chunks=c), "1MB")
+
+    def fake_solve(instance, method, options):
+        c = instance.collective.chunks
+        calls.append((c, dict(options.extra)))
+        if "soft_budget" not in options.extra:
+            return Fake(110.0)
+        return Fake(times[c])
+
+    monkeypatch.setattr(chunks, "solve", fake_solve)
+    inst, result = chunks.solve_auto_chunks(build, "heuristic", SolveOptions(time_limit=600))
+    probes = [extra for c, extra in calls[:-1]]
+    assert probes and all(e == {"soft_budget": 0.0, "flow_bound": False} for e in probes)
+    assert calls[-1] == (4, {})
+    assert inst.collective.chunks == 4 and result.makespan_us == 110.0
+
+    calls.clear()
+    given = SolveOptions(time_limit=600, extra={"soft_budget": 3.0})
+    chunks.solve_auto_chunks(build, "heuristic", given)
+    assert all(extra == {"soft_budget": 3.0, "flow_bound": False} for _, extra in calls)
