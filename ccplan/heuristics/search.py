@@ -37,8 +37,8 @@ AllGather and Broadcast with several chunks per GPU) runs after item 4, or, unde
 limit and from :data:`TREES_FIRST` chunks on, before everything else, the ring then only when
 it gave no schedule: its work grows linearly with the chunks, the others' faster. If no stage
 completes within the limit, the engine returns no schedule and says why in
-``details["reason"]``. Ctrl-C returns the best verified schedule so far with ``details["interrupted"] = True``. ``Outcome.details`` names the
-winning variant and lists every variant's makespan.
+``details["reason"]``. Ctrl-C returns the best verified schedule so far with
+``details["interrupted"] = True``. ``Outcome.details`` names the winning variant and lists every variant's makespan.
 
 Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
 ``effort="quick"`` is fully deterministic.
