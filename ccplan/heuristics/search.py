@@ -38,7 +38,8 @@ limit and from :data:`TREES_FIRST` chunks on, before everything else, the ring t
 it gave no schedule: its work grows linearly with the chunks, the others' faster. If no stage
 completes within the limit, the engine returns no schedule and says why in
 ``details["reason"]``. Ctrl-C returns the best verified schedule so far with
-``details["interrupted"] = True``. ``Outcome.details`` names the winning variant and lists every variant's makespan.
+``details["interrupted"] = True``. ``Outcome.details`` names the winning variant and lists
+every variant's makespan.
 
 Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
 ``effort="quick"`` is fully deterministic.
