@@ -58,6 +58,7 @@ def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatc
     @dataclass(frozen=True)
     class Fake:
         makespan_us: float
+        makespan_slots: int = 2
         lower_bound_slots: int = 1
         verified: bool = True
         physical_bound_us: float = 100.0

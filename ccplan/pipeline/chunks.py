@@ -94,6 +94,7 @@ def solve_auto_chunks(
     physical: float | None = None
     stop = ""
     probe_extra = _probe_extra(method, opts)
+    walls: dict[int, float] = {}
     c = 1
     while True:
         left = horizon - (time.perf_counter() - start)
@@ -110,7 +111,9 @@ def solve_auto_chunks(
             # building the collective and solve() check their memory estimates first
             instance = build(c)
             try:
+                began = time.perf_counter()
                 result = solve(instance, method, share)
+                walls[c] = time.perf_counter() - began
             except ValidationError as exc:
                 failure = failure or f"C={c}: {exc}"
         except ResourceLimitError as exc:
@@ -155,7 +158,12 @@ def solve_auto_chunks(
         raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
     _, instance, result = best
     if opts.time_limit is not None and probe_extra.get("soft_budget") != opts.extra.get("soft_budget"):
-        result = _improve(instance, method, opts, result, horizon - (time.perf_counter() - start))
+        left = horizon - (time.perf_counter() - start)
+        if result.makespan_us is not None and physical is not None and (
+            result.makespan_us <= (1 + AUTO_TOLERANCE) * physical
+        ):
+            left = 0.0  # the doubling's own criterion is met: nothing to improve for
+        result = _improve(instance, method, opts, result, left, walls.get(instance.collective.chunks, 0.0))
     log.info("--chunks auto chose C=%d of %s: %s", instance.collective.chunks, tried, stop)
     details = {**dict(result.details), "auto_chunks": tried, "auto_stop": stop}
     return instance, replace(result, details=details)
@@ -175,14 +183,20 @@ def _probe_extra(method: str, opts: SolveOptions) -> Any:
     return extra if extra != dict(opts.extra) else opts.extra
 
 
-def _improve(instance: Instance, method: str, opts: SolveOptions, result: Result, left: float) -> Result:
-    """``result`` or, when the time ``left`` is more than the chosen candidate took, the
-    method run again on its instance with the options as given (a portfolio's improvement
-    search), whichever is faster."""
-    if left <= result.solve_seconds:
+def _improve(
+    instance: Instance, method: str, opts: SolveOptions, result: Result, left: float, wall: float
+) -> Result:
+    """``result`` or, when the time ``left`` is more than twice the ``wall`` seconds the chosen
+    candidate took, the method run again on its instance with the options as given (a
+    portfolio's improvement search), within ``left`` less what the candidate spent outside
+    its engine (verification, bounds), whichever is faster."""
+    if left <= 2 * wall or result.makespan_slots is None or (
+        result.makespan_slots <= result.lower_bound_slots
+    ):
         return result
     try:
-        again = solve(instance, method, replace(opts, time_limit=left))
+        limit = left - max(0.0, wall - result.solve_seconds)
+        again = solve(instance, method, replace(opts, time_limit=limit))
     except ValidationError as exc:  # pragma: no cover - the candidate itself was solved
         log.warning("--chunks auto: the second run at C=%d failed: %s", instance.collective.chunks, exc)
         return result
