@@ -26,6 +26,8 @@ def test_many_chunks_under_a_time_limit_run_the_tree_packing_first():
     best, cands, facts = heuristic_search(inst, time_limit=60.0, budget=0.0)
     assert [c.label for c in cands] == ["trees"]
     assert best is not None and best.label == "trees"
+    # kept as columns: no Send object per send (seconds per million sends)
+    assert "sends" not in best.schedule.__dict__ and best.schedule.method == "heuristic"
     report = verify(inst, best.schedule)
     assert report.ok and report.makespan_slots == best.makespan
     assert best.makespan >= facts["lower_bound_slots"]  # type: ignore[operator]
