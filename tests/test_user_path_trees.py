@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from ccplan.contract import SolveOptions
 from ccplan.heuristics.search import TREES_FIRST, heuristic_search
 from ccplan.instances import make_collective, make_instance
@@ -35,13 +37,25 @@ def test_many_chunks_under_a_time_limit_run_the_tree_packing_first():
 
 def test_few_chunks_keep_the_portfolio_order():
     """Below ``TREES_FIRST`` chunks (4 GPUs, C = 2: 8 chunks) MTEGCCA's variants take well under
-    a second and are the better ones at few chunks: the ring safety net and the per-chunk
-    MTEGCCA trees come first as before."""
+    a second and are the better ones at few chunks: with a budget, the ring safety net and the
+    per-chunk MTEGCCA trees come first as before."""
     topo = ring(4, alpha_us=0.5)
     inst = make_instance(topo, make_collective("allgather", topo, chunks=2), "64MB")
-    best, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.0)
+    best, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.2)
     labels = [c.label for c in cands]
     assert labels[0] == "ring-1" and labels[1].startswith("mteg[")
+    assert best is not None and verify(inst, best.schedule).ok
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_first_schedule_only_is_the_tree_packing_at_any_count(chunks):
+    """With a budget of 0 (the first complete schedule only, ``--chunks auto``'s candidates)
+    the tree packing is that schedule even with one chunk per GPU, where MTEGCCA's first
+    variant can take most of a minute (leaf-spine of 64 GPUs, C = 1: 39 s, the packing 4 s)."""
+    topo = ring(4, alpha_us=0.5)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=chunks), "64MB")
+    best, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.0)
+    assert [c.label for c in cands] == ["trees"]
     assert best is not None and verify(inst, best.schedule).ok
 
 
