@@ -50,3 +50,29 @@ def test_compiled_placement_with_several_sends_per_slot(monkeypatch):
     a, b = fast.columns(), slow.columns()
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert verify(inst, fast).ok
+
+
+def test_compiled_pricing_trees_match_the_python_ones():
+    """The shallow phase's pricing trees, compiled (``_Pricing``: all roots, one pass) and in
+    Python (``_spts`` and ``depth``, tree by tree), under random link costs on AMD x2: the
+    same links in the same order and the same latency depth for every root."""
+    from ccplan.heuristics.trees import roots_and_terminals, slot_network
+    from ccplan.heuristics.trees_pack import Tree
+    from ccplan.heuristics.trees_shallow import _Pricing, _spts, depth
+
+    topo = resolve_topology("amd", chassis=2)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=64), "1GB")
+    net = slot_network(inst)
+    roots, terms = roots_and_terminals(inst)
+    r_pos = [topo.node_index[r] for r in roots]
+    term = np.asarray([topo.node_index[t] for t in terms], dtype=np.int64)
+    lat = np.asarray(inst.latency, dtype=float)
+    pricing = _Pricing(net, r_pos, term, lat)
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        cost = rng.random(net.num_links) + 1e-9
+        links, depths = pricing(cost)
+        expected = _spts(net, r_pos, cost, term)
+        assert links == expected
+        for r, tree_links, d in zip(r_pos, links, depths, strict=True):
+            assert d == pytest.approx(depth(Tree(r, tree_links), net.src, net.dst, lat))

@@ -92,3 +92,68 @@ def place_chunks(
             out_slot[pos] = t
             pos += 1
     return pos
+
+
+@_njit
+def pruned_trees(
+    dist: np.ndarray,
+    pred: np.ndarray,
+    roots: np.ndarray,
+    terminals: np.ndarray,
+    link_of: np.ndarray,
+    latency: np.ndarray,
+    out_links: np.ndarray,
+    out_ptr: np.ndarray,
+    out_depth: np.ndarray,
+) -> None:
+    """The shortest-path trees of :func:`~ccplan.heuristics.trees_shallow._spts`, one per row
+    of ``dist`` / ``pred`` (Dijkstra from ``roots[i]``): the links ``link_of[pred[v], v]`` of
+    the nodes on paths to ``terminals``, by distance, ties by hop count, into
+    ``out_links[out_ptr[i]:out_ptr[i+1]]``; ``out_depth[i]`` the tree's latency depth (the
+    largest sum of ``latency`` from the root to a node)."""
+    n = dist.shape[1]
+    keep = np.zeros(n, dtype=np.bool_)
+    hops = np.zeros(n, dtype=np.int64)
+    lat_at = np.zeros(n, dtype=np.float64)
+    chain = np.zeros(n, dtype=np.int64)
+    pos = 0
+    out_ptr[0] = 0
+    for i in range(roots.shape[0]):
+        root = roots[i]
+        row = pred[i]
+        keep[:] = False
+        keep[root] = True
+        for k in range(terminals.shape[0]):
+            v = terminals[k]
+            while not keep[v]:
+                keep[v] = True
+                v = row[v]
+        hops[:] = -1
+        hops[root] = 0
+        lat_at[root] = 0.0
+        deepest = 0.0
+        for v0 in range(n):
+            if not keep[v0] or hops[v0] >= 0:
+                continue
+            m = 0
+            v = v0
+            while hops[v] < 0:
+                chain[m] = v
+                m += 1
+                v = row[v]
+            for k in range(m - 1, -1, -1):
+                u = chain[k]
+                hops[u] = hops[v] + 1
+                lat_at[u] = lat_at[v] + latency[link_of[v, u]]
+                if lat_at[u] > deepest:
+                    deepest = lat_at[u]
+                v = u
+        by_hops = np.argsort(hops, kind="mergesort")
+        order = by_hops[np.argsort(dist[i][by_hops], kind="mergesort")]
+        for k in range(n):
+            v = order[k]
+            if keep[v] and v != root:
+                out_links[pos] = link_of[row[v], v]
+                pos += 1
+        out_ptr[i + 1] = pos
+        out_depth[i] = deepest
