@@ -121,6 +121,7 @@ def heuristic_search(
     effort: str = "normal",
     seed: int = 0,
     budget: float | None = None,
+    probe: bool = False,
 ) -> tuple[Candidate | None, list[Candidate], dict[str, object]]:
     """Run the portfolio; return the best candidate, all candidates and run facts.
 
@@ -140,6 +141,9 @@ def heuristic_search(
         A soft budget in seconds, at most ``time_limit``: the first complete schedule beyond
         the ring safety net is always built (within ``time_limit``), and the budget stops the
         stages after it. The exact engine's warm start uses it to grow its rounds by progress.
+    probe : bool
+        A candidate of ``--chunks auto`` (``options.extra["auto_probe"]``): the tree packing
+        first where it applies, and with :data:`TREES_FIRST` chunks or more its schedule only.
 
     Raises
     ------
@@ -167,14 +171,16 @@ def heuristic_search(
     multi_chunk = any(len(k.chunks) > 1 for k in decompose(instance))
     from ccplan.heuristics.trees import KINDS as TREE_KINDS
 
-    # A budget of 0 asks for the first complete schedule only (``--chunks auto``'s candidates):
-    # the tree packing then comes first at any chunk count, being the cheap one (leaf-spine
-    # of 64 GPUs, C = 1: 4 s against 39 s for MTEGCCA's first variant).
-    first_only = budget == 0 and effort != "quick"
-    many = len(instance.collective.holders) >= TREES_FIRST or first_only
+    many = len(instance.collective.holders) >= TREES_FIRST
     trees_kind = instance.collective.kind in TREE_KINDS
-    trees_first = trees_kind and time_limit is not None and many
+    # A candidate of ``--chunks auto`` (``probe``): the tree packing first at any chunk count,
+    # being the cheap one (leaf-spine of 64 GPUs, C = 1: 4 s against 39 s for MTEGCCA's first
+    # variant), and from TREES_FIRST chunks on nothing after it.
+    trees_first = trees_kind and time_limit is not None and (many or probe)
     trees_apply = trees_kind and (multi_chunk or trees_first)
+    if probe and many and trees_kind:
+        budget = 0.0
+        soft = Deadline(start)
     cands: list[Candidate] = []
     mteg_runs: list[MtegResult] = []
     best: Candidate | None = None
@@ -574,7 +580,8 @@ def heuristic_engine(instance: Instance, options: SolveOptions) -> Outcome:
     effort = str(options.extra.get("effort", "normal"))
     soft = options.extra.get("soft_budget")
     best, cands, facts = heuristic_search(
-        instance, options.time_limit, effort, options.seed, None if soft is None else float(soft)
+        instance, options.time_limit, effort, options.seed, None if soft is None else float(soft),
+        probe=bool(options.extra.get("auto_probe", False)),
     )
     if best is None:
         reason = f"time limit of {options.time_limit:g} s reached before any variant completed a schedule"

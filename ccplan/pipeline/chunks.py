@@ -46,12 +46,14 @@ AUTO_SHARE = 0.5
 """Under a time limit, the share of the time left that candidate ``C`` may use (the rest is
 kept for ``2C``, ``4C``, ...: an engine's work grows about linearly with ``C``)."""
 
-AUTO_PROBE_BUDGET = 0.0
+AUTO_PROBE_BUDGET = 0.1
 """Under a time limit, the soft budget (``extra["soft_budget"]``) of a portfolio method at each
-candidate ``C``: its first complete schedule only. A portfolio otherwise spends every
-candidate's whole share on its improvement search (AMD x2 AllGather 1 GB: 30 s at C = 1, and
-C = 2 was the last candidate, 0.54 of the throughput limit); the search runs once, at the
-chosen ``C``, in the time the doubling leaves (:func:`_improve`)."""
+candidate ``C``, as a share of the candidate's time limit, and ``extra["auto_probe"]`` (the
+``heuristic`` portfolio then builds the tree packing first and, from 256 chunks on, only it).
+A portfolio otherwise spends every candidate's whole share on its improvement search (AMD x2
+AllGather 1 GB: 30 s at C = 1, and C = 2 was the last candidate, 0.54 of the throughput
+limit); the search runs in full once, at the chosen ``C``, in the time the doubling leaves
+(:func:`_improve`)."""
 
 
 def solve_auto_chunks(
@@ -104,8 +106,11 @@ def solve_auto_chunks(
             break
         share = opts
         if opts.time_limit is not None:
-            share = replace(opts, time_limit=max(1e-3, left * AUTO_SHARE if best is not None else left / 2),
-                            extra=probe_extra)
+            limit = max(1e-3, left * AUTO_SHARE if best is not None else left / 2)
+            extra = probe_extra
+            if "soft_budget" in probe_extra and "soft_budget" not in opts.extra:
+                extra = {**probe_extra, "soft_budget": AUTO_PROBE_BUDGET * limit}
+            share = replace(opts, time_limit=limit, extra=extra)
         result: Result | None = None
         try:
             # building the collective and solve() check their memory estimates first
@@ -178,7 +183,8 @@ def _probe_extra(method: str, opts: SolveOptions) -> Any:
 
     extra = dict(opts.extra)
     if method in PORTFOLIOS:
-        extra.setdefault("soft_budget", AUTO_PROBE_BUDGET)
+        extra.setdefault("soft_budget", AUTO_PROBE_BUDGET)  # times the candidate's limit
+        extra.setdefault("auto_probe", True)
     extra.setdefault("flow_bound", False)
     return extra if extra != dict(opts.extra) else opts.extra
 
