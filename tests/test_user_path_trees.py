@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ccplan.contract import SolveOptions
-from ccplan.heuristics.search import TREES_FIRST, heuristic_search
+from ccplan.heuristics.search import PROBE_GPUS, TREES_FIRST, heuristic_search
 from ccplan.instances import make_collective, make_instance
 from ccplan.instances.builtin import ring
 from ccplan.schedule.verify import verify
@@ -48,28 +48,32 @@ def test_few_chunks_keep_the_portfolio_order():
 
 
 @pytest.mark.parametrize("chunks", [1, 2])
-def test_first_schedule_only_is_the_tree_packing_at_any_count(chunks):
-    """A candidate of ``--chunks auto`` (``probe``) with a budget of 0 (the first complete
-    schedule only) is the tree packing even with one chunk per GPU, where MTEGCCA's first
-    variant can take most of a minute (leaf-spine of 64 GPUs, C = 1: 39 s, the packing 4 s)."""
-    topo = ring(4, alpha_us=0.5)
+def test_a_probe_on_many_gpus_is_the_tree_packing_at_any_count(chunks):
+    """A candidate of ``--chunks auto`` (``probe``) on ``PROBE_GPUS`` GPUs (a ring of 16) is
+    the tree packing only, even with one chunk per GPU, where MTEGCCA's first variant can take
+    most of a minute (leaf-spine of 64 GPUs, C = 1: 39 s, the packing 4 s). Not a probe: the
+    portfolio's own order, the ring first; a probe on 4 GPUs: the portfolio too."""
+    topo = ring(PROBE_GPUS, alpha_us=0.5)
     inst = make_instance(topo, make_collective("allgather", topo, chunks=chunks), "64MB")
-    best, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.0, probe=True)
-    assert [c.label for c in cands] == ["trees"]
+    best, cands, facts = heuristic_search(inst, time_limit=60.0, budget=1.0, probe=True)
+    assert [c.label for c in cands] == ["trees"] and facts["auto_probe"] == "trees only"
     assert best is not None and verify(inst, best.schedule).ok
-    # not a candidate of --chunks auto: the order of the portfolio, the tree packing after it
-    _, cands, _ = heuristic_search(inst, time_limit=60.0, budget=0.0)
-    assert cands[0].label == "ring-1" and "trees" not in [c.label for c in cands[:2]]
+    _, cands, facts = heuristic_search(inst, time_limit=60.0, budget=0.0)
+    assert cands[0].label == "ring-1" and "auto_probe" not in facts
+    small = ring(4, alpha_us=0.5)
+    inst = make_instance(small, make_collective("allgather", small, chunks=chunks), "64MB")
+    _, cands, facts = heuristic_search(inst, time_limit=60.0, budget=0.0, probe=True)
+    assert cands[0].label == "ring-1" and "auto_probe" not in facts
 
 
 def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatch):
-    """``--chunks auto`` under a time limit runs each candidate of a portfolio as a probe, with a
-    soft budget of ``AUTO_PROBE_BUDGET`` times its time limit, and without the flow-over-time
-    bound (stand-in engine: times 1 -> 200,
+    """``--chunks auto`` under a time limit runs each candidate of a portfolio as a probe
+    (``extra["auto_probe"]``) and without the flow-over-time bound (stand-in engine: times 1 -> 200,
     2 -> 150, 4 -> 120, 8 -> 125, 16 -> 130 us, physical bound 100 us, slot bound one slot:
     the doubling stops at C = 16, two doublings in a row without a gain), then solves the
-    chosen C = 4 once more with the options as given; that second run (110 us) is kept, being
-    faster. Options the caller set are not overridden: a soft budget given stays."""
+    chosen C = 4 once more with the options as given, the probe having built its tree
+    packing only (its details say so); that second run (110 us) is kept, being faster.
+    Options the caller set are not overridden: a flow bound asked for stays."""
     import ccplan.pipeline.chunks as chunks
 
     times = {1: 200.0, 2: 150.0, 4: 120.0, 8: 125.0, 16: 130.0, 32: 135.0}
@@ -93,20 +97,18 @@ def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatc
     def fake_solve(instance, method, options):
         c = instance.collective.chunks
         calls.append((c, dict(options.extra)))
-        if "soft_budget" not in options.extra:
+        if "auto_probe" not in options.extra:
             return Fake(110.0)
-        return Fake(times[c])
+        return Fake(times[c], details={"auto_probe": "trees only"})
 
     monkeypatch.setattr(chunks, "solve", fake_solve)
     inst, result = chunks.solve_auto_chunks(build, "heuristic", SolveOptions(time_limit=600))
     probes = [extra for c, extra in calls[:-1]]
-    assert probes and all(set(e) == {"soft_budget", "auto_probe", "flow_bound"} for e in probes)
-    assert all(e["auto_probe"] is True and e["flow_bound"] is False for e in probes)
-    assert all(0 < e["soft_budget"] <= chunks.AUTO_PROBE_BUDGET * 300 for e in probes)
+    assert probes and all(e == {"auto_probe": True, "flow_bound": False} for e in probes)
     assert calls[-1] == (4, {})
     assert inst.collective.chunks == 4 and result.makespan_us == 110.0
 
     calls.clear()
-    given = SolveOptions(time_limit=600, extra={"soft_budget": 3.0})
+    given = SolveOptions(time_limit=600, extra={"flow_bound": True})
     chunks.solve_auto_chunks(build, "heuristic", given)
-    assert all(extra == {"soft_budget": 3.0, "auto_probe": True, "flow_bound": False} for _, extra in calls)
+    assert all(extra == {"auto_probe": True, "flow_bound": True} for _, extra in calls[:-1])

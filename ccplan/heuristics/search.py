@@ -92,6 +92,11 @@ docstring): below it MTEGCCA's variants take a second or less (AMD x2 AllGather,
 each against 4 s for the packing), from it on the tree packing is the cheaper and the better
 (C = 16: 4 s to more than 16 s for MTEGCCA, and 404 against 383 slots)."""
 
+PROBE_GPUS = 16
+"""GPUs from which a ``--chunks auto`` candidate (``probe``) of an AllGather or Broadcast is the
+tree packing only, whatever its chunk count (below, and below :data:`TREES_FIRST` chunks, the
+portfolio's constructors take well under a second and are the better ones at few chunks)."""
+
 EFFORTS: dict[str, float] = {"quick": 0.0, "normal": 5.0, "thorough": 20.0}
 """Effort level -> default time budget in seconds (0: the fixed variants only)."""
 
@@ -142,8 +147,9 @@ def heuristic_search(
         the ring safety net is always built (within ``time_limit``), and the budget stops the
         stages after it. The exact engine's warm start uses it to grow its rounds by progress.
     probe : bool
-        A candidate of ``--chunks auto`` (``options.extra["auto_probe"]``): the tree packing
-        first where it applies, and with :data:`TREES_FIRST` chunks or more its schedule only.
+        A candidate of ``--chunks auto`` (``options.extra["auto_probe"]``): an AllGather or
+        Broadcast with :data:`TREES_FIRST` chunks or :data:`PROBE_GPUS` GPUs or more gets the
+        tree packing only (``facts["auto_probe"]``).
 
     Raises
     ------
@@ -173,12 +179,14 @@ def heuristic_search(
 
     many = len(instance.collective.holders) >= TREES_FIRST
     trees_kind = instance.collective.kind in TREE_KINDS
-    # A candidate of ``--chunks auto`` (``probe``): the tree packing first at any chunk count,
-    # being the cheap one (leaf-spine of 64 GPUs, C = 1: 4 s against 39 s for MTEGCCA's first
-    # variant), and from TREES_FIRST chunks on nothing after it.
-    trees_first = trees_kind and time_limit is not None and (many or probe)
+    # A candidate of ``--chunks auto`` (``probe``) from TREES_FIRST chunks or PROBE_GPUS GPUs
+    # on: the tree packing only, being the cheap one (leaf-spine of 64 GPUs, C = 1: 4 s
+    # against 39 s for MTEGCCA's first variant, whose improvement search then took the
+    # candidate's whole share); the portfolio runs in full at the chosen C.
+    probe_trees = probe and trees_kind and (many or len(instance.topology.gpus) >= PROBE_GPUS)
+    trees_first = trees_kind and time_limit is not None and (many or probe_trees)
     trees_apply = trees_kind and (multi_chunk or trees_first)
-    if probe and many and trees_kind:
+    if probe_trees:
         budget = 0.0
         soft = Deadline(start)
     cands: list[Candidate] = []
@@ -374,6 +382,8 @@ def heuristic_search(
         "seconds": time.perf_counter() - start,
         "budget_seconds": budget,
     }
+    if probe_trees:
+        facts["auto_probe"] = "trees only"
     if timed_out:
         facts["stopped_by_time_limit"] = timed_out
     if failed:

@@ -9,8 +9,8 @@ still gained more than 1 %, and time remains. There is no fixed cap on ``C``:
 the memory budget refuses what would not fit, and that ends the search with the best
 schedule so far. The verified schedule with the shortest time in microseconds wins (a slot's
 length changes with ``C``, so slots would not compare). Under a time limit a portfolio method
-builds one schedule per candidate and runs its improvement search at the chosen ``C`` only
-(:data:`AUTO_PROBE_BUDGET`).
+may build one schedule per candidate and run its improvement search at the chosen ``C`` only
+(:data:`AUTO_PROBE`).
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ AUTO_SHARE = 0.5
 """Under a time limit, the share of the time left that candidate ``C`` may use (the rest is
 kept for ``2C``, ``4C``, ...: an engine's work grows about linearly with ``C``)."""
 
-AUTO_PROBE_BUDGET = 0.1
-"""Under a time limit, the soft budget (``extra["soft_budget"]``) of a portfolio method at each
-candidate ``C``, as a share of the candidate's time limit, and ``extra["auto_probe"]`` (the
-``heuristic`` portfolio then builds the tree packing first and, from 256 chunks on, only it).
-A portfolio otherwise spends every candidate's whole share on its improvement search (AMD x2
-AllGather 1 GB: 30 s at C = 1, and C = 2 was the last candidate, 0.54 of the throughput
-limit); the search runs in full once, at the chosen ``C``, in the time the doubling leaves
-(:func:`_improve`)."""
+AUTO_PROBE = "auto_probe"
+"""Under a time limit, the ``extra`` flag of a portfolio method's candidates: the ``heuristic``
+portfolio then builds an AllGather's tree packing only, on instances where its constructors
+are slow (``ccplan.heuristics.search``, ``PROBE_GPUS``) and says so in
+``details["auto_probe"]``. Otherwise it spends every candidate's whole share on its
+improvement search (AMD x2 AllGather 1 GB: 30 s at C = 1, and C = 2 was the last candidate,
+0.54 of the throughput limit); the search runs in full once, at the chosen ``C``, in the time
+the doubling leaves (:func:`_improve`)."""
 
 
 def solve_auto_chunks(
@@ -107,10 +107,7 @@ def solve_auto_chunks(
         share = opts
         if opts.time_limit is not None:
             limit = max(1e-3, left * AUTO_SHARE if best is not None else left / 2)
-            extra = probe_extra
-            if "soft_budget" in probe_extra and "soft_budget" not in opts.extra:
-                extra = {**probe_extra, "soft_budget": AUTO_PROBE_BUDGET * limit}
-            share = replace(opts, time_limit=limit, extra=extra)
+            share = replace(opts, time_limit=limit, extra=probe_extra)
         result: Result | None = None
         try:
             # building the collective and solve() check their memory estimates first
@@ -162,7 +159,7 @@ def solve_auto_chunks(
     if best is None:
         raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
     _, instance, result = best
-    if opts.time_limit is not None and probe_extra.get("soft_budget") != opts.extra.get("soft_budget"):
+    if opts.time_limit is not None and result.details.get(AUTO_PROBE) and not opts.extra.get(AUTO_PROBE):
         left = horizon - (time.perf_counter() - start)
         if result.makespan_us is not None and physical is not None and (
             result.makespan_us <= (1 + AUTO_TOLERANCE) * physical
@@ -175,16 +172,15 @@ def solve_auto_chunks(
 
 
 def _probe_extra(method: str, opts: SolveOptions) -> Any:
-    """The candidates' ``extra`` under a time limit: a portfolio's soft budget
-    :data:`AUTO_PROBE_BUDGET`, and no flow-over-time bound (it only feeds the stop rule, which
-    the physical bound drives, and it took as long as the engine: 9.5 of the 60 s of AMD x2
-    AllGather at C = 1), unless the options set them."""
+    """The candidates' ``extra`` under a time limit: a portfolio's :data:`AUTO_PROBE` flag, and
+    no flow-over-time bound (it only feeds the stop rule, which the physical bound drives, and
+    it took as long as the engine: 9.5 of the 60 s of AMD x2 AllGather at C = 1), unless the
+    options set them."""
     from ccplan.pipeline.registry import PORTFOLIOS
 
     extra = dict(opts.extra)
     if method in PORTFOLIOS:
-        extra.setdefault("soft_budget", AUTO_PROBE_BUDGET)  # times the candidate's limit
-        extra.setdefault("auto_probe", True)
+        extra.setdefault(AUTO_PROBE, True)
     extra.setdefault("flow_bound", False)
     return extra if extra != dict(opts.extra) else opts.extra
 
