@@ -3,6 +3,7 @@ limit) reaches the tree packing: its order in the portfolio and the candidates' 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -68,15 +69,18 @@ def test_a_probe_on_many_gpus_is_the_tree_packing_at_any_count(chunks):
 
 def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatch):
     """``--chunks auto`` under a time limit runs each candidate of a portfolio as a probe
-    (``extra["auto_probe"]``) and without the flow-over-time bound (stand-in engine: times 1 -> 200,
-    2 -> 150, 4 -> 120, 8 -> 125, 16 -> 130 us, physical bound 100 us, slot bound one slot:
-    the doubling stops at C = 16, two doublings in a row without a gain), then solves the
-    chosen C = 4 once more with the options as given, the probe having built its tree
-    packing only (its details say so); that second run (110 us) is kept, being faster.
-    Options the caller set are not overridden: a flow bound asked for stays."""
+    (``extra["auto_probe"]``) and without the flow-over-time bound (stand-in engine: times
+    1 -> 200, 2 -> 150, 4 -> 120, 8 -> 125, 16 -> 130 us, slot bounds 190, 140, 100, 100.5,
+    100.8 us, physical bound 100 us: the doubling stops at C = 16, two doublings in a row
+    without a gain while the slot bound is within 1 % of the physical one), then solves once
+    more, with the options as given, the probed C whose slot bound is the lowest below the
+    best time, C = 4 (the probes built the tree packing only, their details say so); that
+    second run (110 us) is kept, being faster. Options the caller set are not overridden: a
+    flow bound asked for stays."""
     import ccplan.pipeline.chunks as chunks
 
     times = {1: 200.0, 2: 150.0, 4: 120.0, 8: 125.0, 16: 130.0, 32: 135.0}
+    bounds = {1: 190.0, 2: 140.0, 4: 100.0, 8: 100.5, 16: 100.8, 32: 100.9}  # slot bounds in us
     calls: list[tuple[int, dict]] = []
 
     @dataclass(frozen=True)
@@ -97,9 +101,10 @@ def test_auto_chunks_probes_a_portfolio_and_improves_the_chosen_count(monkeypatc
     def fake_solve(instance, method, options):
         c = instance.collective.chunks
         calls.append((c, dict(options.extra)))
+        slots = math.ceil(bounds[c] / instance.tau_us)
         if "auto_probe" not in options.extra:
-            return Fake(110.0)
-        return Fake(times[c], details={"auto_probe": "trees only"})
+            return Fake(110.0, lower_bound_slots=slots)
+        return Fake(times[c], lower_bound_slots=slots, details={"auto_probe": "trees only"})
 
     monkeypatch.setattr(chunks, "solve", fake_solve)
     inst, result = chunks.solve_auto_chunks(build, "heuristic", SolveOptions(time_limit=600))
