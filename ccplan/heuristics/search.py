@@ -34,9 +34,9 @@ complete schedule is always built and the budget stops the later stages; a given
 16000 chunks) as a safety net, and item 1 with the per-chunk-tree variant (the cheapest
 when a task has many chunks). The pipelined tree packing (:mod:`ccplan.heuristics.trees`,
 AllGather and Broadcast with several chunks per GPU) runs after item 4, or, under a time
-limit and from :data:`TREES_FIRST` chunks on (at any count with a budget of 0: the first
-complete schedule only), before everything else, the ring then only when it gave no
-schedule: its work grows linearly with the chunks, the others' faster. If no stage
+limit and from :data:`TREES_FIRST` chunks on, before everything else, the ring then only
+when it gave no schedule: its work grows linearly with the chunks, the others' faster. A
+candidate of ``--chunks auto`` on :data:`PROBE_GPUS` GPUs or more is the tree packing alone. If no stage
 completes within the limit, the engine returns no schedule and says why in
 ``details["reason"]``. Ctrl-C returns the best verified schedule so far with
 ``details["interrupted"] = True``. ``Outcome.details`` names the winning variant and lists
