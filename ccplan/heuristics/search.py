@@ -32,10 +32,15 @@ complete schedule is always built and the budget stops the later stages; a given
 ``time_limit`` is a hard limit for all stages: the portfolio then starts with the classic ring
 (:mod:`ccplan.heuristics.baselines`, for the collectives it implements: seconds even for
 16000 chunks) as a safety net, and item 1 with the per-chunk-tree variant (the cheapest
-when a task has many chunks). If no stage completes within the limit, the engine returns no
-schedule and says why in ``details["reason"]``. Ctrl-C returns the best
-verified schedule so far with ``details["interrupted"] = True``. ``Outcome.details`` names the
-winning variant and lists every variant's makespan.
+when a task has many chunks). The pipelined tree packing (:mod:`ccplan.heuristics.trees`,
+AllGather and Broadcast with several chunks per GPU) runs after item 4, or, under a time
+limit and from :data:`TREES_FIRST` chunks on, before everything else, the ring then only
+when it gave no schedule: its work grows linearly with the chunks, the others' faster. A
+candidate of ``--chunks auto`` on :data:`PROBE_GPUS` GPUs or more is the tree packing alone. If no stage
+completes within the limit, the engine returns no schedule and says why in
+``details["reason"]``. Ctrl-C returns the best verified schedule so far with
+``details["interrupted"] = True``. ``Outcome.details`` names the winning variant and lists
+every variant's makespan.
 
 Because items 6-7 stop on the clock, a normal-effort result can depend on machine speed;
 ``effort="quick"`` is fully deterministic.
@@ -81,6 +86,19 @@ when each GPU has several chunks."""
 RESTART_SHARE = 0.3
 """Share of the budget for random-order restarts; rip-up-and-reroute gets the rest."""
 
+TREES_FIRST = 256
+"""Chunks (in all) from which, under a time limit, the tree packing runs first (module
+docstring): below it MTEGCCA's variants take a second or less (AMD x2 AllGather, C = 4: 0.3-0.8 s
+each against 4 s for the packing), from it on the tree packing is the cheaper and the better
+(C = 16: 4 s to more than 16 s for MTEGCCA, and 404 against 383 slots)."""
+
+PROBE_GPUS = 16
+"""GPUs from which a ``--chunks auto`` candidate (``probe``) of an AllGather or Broadcast is the
+tree packing only, whatever its chunk count (below, the portfolio's constructors are quick and
+at few chunks the better ones: DGX-1 AllGather reaches its slot bound with the layered
+constructor at C = 32, 0.9955 of the throughput limit, where the packing alone stopped the
+doubling at 0.9825)."""
+
 EFFORTS: dict[str, float] = {"quick": 0.0, "normal": 5.0, "thorough": 20.0}
 """Effort level -> default time budget in seconds (0: the fixed variants only)."""
 
@@ -110,6 +128,7 @@ def heuristic_search(
     effort: str = "normal",
     seed: int = 0,
     budget: float | None = None,
+    probe: bool = False,
 ) -> tuple[Candidate | None, list[Candidate], dict[str, object]]:
     """Run the portfolio; return the best candidate, all candidates and run facts.
 
@@ -129,6 +148,10 @@ def heuristic_search(
         A soft budget in seconds, at most ``time_limit``: the first complete schedule beyond
         the ring safety net is always built (within ``time_limit``), and the budget stops the
         stages after it. The exact engine's warm start uses it to grow its rounds by progress.
+    probe : bool
+        A candidate of ``--chunks auto`` (``options.extra["auto_probe"]``): an AllGather or
+        Broadcast on :data:`PROBE_GPUS` GPUs or more gets the tree packing only
+        (``facts["auto_probe"]``).
 
     Raises
     ------
@@ -149,9 +172,25 @@ def heuristic_search(
     # A given time limit is a hard deadline for every stage, the first included; the effort's
     # default budget only stops the later stages (the first always completes a schedule).
     hard = Deadline.after(time_limit) if time_limit is not None else NEVER
-    soft = Deadline(start + budget) if budget > 0 else NEVER
+    # budget 0: with effort "quick" no budget at all (its fixed variants all run), otherwise
+    # the first complete schedule only
+    soft = Deadline(start + budget) if budget > 0 or effort != "quick" else NEVER
     bound = _bound(instance)
     multi_chunk = any(len(k.chunks) > 1 for k in decompose(instance))
+    from ccplan.heuristics.trees import KINDS as TREE_KINDS
+
+    many = len(instance.collective.holders) >= TREES_FIRST
+    trees_kind = instance.collective.kind in TREE_KINDS
+    # A candidate of ``--chunks auto`` (``probe``) on PROBE_GPUS GPUs or more: the tree
+    # packing only, being the cheap one (leaf-spine of 64 GPUs, C = 1: 4 s against 39 s for
+    # MTEGCCA's first variant, whose improvement search then took the candidate's whole
+    # share); the portfolio runs in full at the chosen C.
+    probe_trees = probe and trees_kind and len(instance.topology.gpus) >= PROBE_GPUS
+    trees_first = trees_kind and time_limit is not None and (many or probe_trees)
+    trees_apply = trees_kind and (multi_chunk or trees_first)
+    if probe_trees:
+        budget = 0.0
+        soft = Deadline(start)
     cands: list[Candidate] = []
     mteg_runs: list[MtegResult] = []
     best: Candidate | None = None
@@ -187,7 +226,7 @@ def heuristic_search(
         if not report.ok or report.makespan_slots is None:
             log.error("heuristic variant %s failed verification: %s", label, report.violations[:1])
             return
-        cand = Candidate(label, report.makespan_slots, Schedule(schedule.sends, method="heuristic"), seconds)
+        cand = Candidate(label, report.makespan_slots, _as_heuristic(schedule), seconds)
         cands.append(cand)
         if result is not None:
             mteg_runs.append(result)
@@ -216,9 +255,9 @@ def heuristic_search(
     def trees() -> None:
         # Pipelined tree packing (ForestColl-class) reaches the throughput limit where many
         # chunks follow one another; with one chunk per GPU MTEGCCA's trees are as good.
-        from ccplan.heuristics.trees import KINDS, trees_schedule
+        from ccplan.heuristics.trees import trees_schedule
 
-        if multi_chunk and instance.collective.kind in KINDS:
+        if trees_apply:
             consider("trees", lambda: trees_schedule(instance, stage_deadline()))
 
     def baseline(name: str, left: float, *, count_timeout: bool) -> None:
@@ -260,7 +299,13 @@ def heuristic_search(
         baseline(SAFETY_NET, hard.remaining(), count_timeout=False)
 
     def run_all() -> None:
-        if time_limit is not None:
+        if trees_first:
+            # Many chunks per GPU under a hard limit: the tree packing first. Its work is
+            # linear in the chunks, while the classic ring and MTEGCCA grow faster (AMD x2
+            # AllGather, C = 512: ring 25 s, MTEGCCA past 60 s; C = 16 already past 16 s),
+            # so with trees later a limit that the chunk count makes short leaves the ring.
+            trees()
+        if time_limit is not None and best is None:
             safety_net()
         for step in _fixed_variants(
             multi_chunk, cheap_first=time_limit is not None, chassis=has_chassis(instance.topology)
@@ -276,7 +321,7 @@ def heuristic_search(
                 cut_aware(step)
             else:
                 layered(step)
-        if not done() and not hard.expired:
+        if not trees_first and not done() and not hard.expired:
             trees()
         if not done() and not hard.expired:
             nccl_rings()
@@ -299,7 +344,7 @@ def heuristic_search(
             mteg(opts)
             if len(mteg_runs) > before:
                 squeak(mteg_runs[-1], rounds=1)
-        if best is not None and not done():
+        if best is not None and not done() and time.perf_counter() < min(start + budget, hard.at):
             base: Candidate = best
             improved, lns_iterations = rip_up_reroute(
                 instance, base.schedule, min(start + budget, hard.at), bound, seed
@@ -339,6 +384,8 @@ def heuristic_search(
         "seconds": time.perf_counter() - start,
         "budget_seconds": budget,
     }
+    if probe_trees:
+        facts["auto_probe"] = "trees only"
     if timed_out:
         facts["stopped_by_time_limit"] = timed_out
     if failed:
@@ -346,6 +393,18 @@ def heuristic_search(
     if interrupted:
         facts["interrupted"] = True
     return best, cands, facts
+
+
+def _as_heuristic(schedule: Schedule) -> Schedule:
+    """``schedule`` named ``heuristic``; one kept as columns stays so (Send objects for the
+    1.2 million sends of AMD x3 AllGather at C = 512 took 13 s)."""
+    if "sends" in schedule.__dict__:
+        return Schedule(schedule.sends, method="heuristic")
+    cols = schedule.columns()
+    return Schedule.from_columns(
+        slot=cols["slot"], chunk_source=cols["chunk_source"], chunk_index=cols["chunk_index"],
+        src=cols["src"], dst=cols["dst"], reduce=cols["reduce"], method="heuristic",
+    )
 
 
 def _score(
@@ -533,7 +592,8 @@ def heuristic_engine(instance: Instance, options: SolveOptions) -> Outcome:
     effort = str(options.extra.get("effort", "normal"))
     soft = options.extra.get("soft_budget")
     best, cands, facts = heuristic_search(
-        instance, options.time_limit, effort, options.seed, None if soft is None else float(soft)
+        instance, options.time_limit, effort, options.seed, None if soft is None else float(soft),
+        probe=bool(options.extra.get("auto_probe", False)),
     )
     if best is None:
         reason = f"time limit of {options.time_limit:g} s reached before any variant completed a schedule"

@@ -55,28 +55,75 @@ def depth(tree: Tree, src: Sequence[int], dst: Sequence[int], latency: Sequence[
 def _spt(net: Network, root: int, cost: np.ndarray, terminals: np.ndarray) -> tuple[int, ...]:
     """Links of the shortest-path tree from ``root`` under ``cost``, pruned to the paths that
     reach terminals, in topological order."""
+    return _spts(net, [root], cost, terminals)[0]
+
+
+def _spts(
+    net: Network, roots: Sequence[int], cost: np.ndarray, terminals: np.ndarray
+) -> list[tuple[int, ...]]:
+    """:func:`_spt` of every root in ``roots``, from one Dijkstra call (one graph for all:
+    building it was most of the shallow phase's time, 32 roots times 10 weights a round)."""
     graph = sp.csr_array((cost, (np.asarray(net.src), np.asarray(net.dst))), shape=(net.n, net.n))
-    dist, pred = dijkstra(graph, directed=True, indices=root, return_predecessors=True)
-    keep = np.zeros(net.n, dtype=bool)
+    dist, pred = dijkstra(graph, directed=True, indices=list(roots), return_predecessors=True)
+    return [_pruned(net, root, dist[i], pred[i], terminals) for i, root in enumerate(roots)]
+
+
+def _pruned(
+    net: Network, root: int, dist: np.ndarray, pred_row: np.ndarray, terminals: np.ndarray
+) -> tuple[int, ...]:
+    pred = pred_row.tolist()
+    keep = [False] * net.n
     keep[root] = True
     for v in terminals.tolist():
         while not keep[v]:
             keep[v] = True
-            v = int(pred[v])
+            v = pred[v]
     # by distance, ties by hop count in the tree: with large duals the tiny per-link cost that
     # separates a child's distance from its parent's can round away (a float sum never drops)
-    hops = np.full(net.n, -1, dtype=np.int64)
+    hops = [-1] * net.n
     hops[root] = 0
-    for v in np.flatnonzero(keep).tolist():
+    for v in (u for u in range(net.n) if keep[u]):
         chain = []
         while hops[v] < 0:
             chain.append(v)
-            v = int(pred[v])
+            v = pred[v]
         for u in reversed(chain):
             hops[u] = hops[v] + 1
             v = u
-    order = np.lexsort((hops, dist))
-    return tuple(net.index[(int(pred[v]), int(v))] for v in order.tolist() if keep[v] and v != root)
+    order = np.lexsort((np.asarray(hops), dist))
+    return tuple(net.index[(pred[v], v)] for v in order.tolist() if keep[v] and v != root)
+
+
+class _Pricing:
+    """The shortest-path trees of every root under a cost, with their latency depths: one
+    Dijkstra call and one compiled pass (:func:`~ccplan.heuristics.trees_jit.pruned_trees`;
+    in Python the pass was two thirds of the shallow phase on AMD x4)."""
+
+    def __init__(self, net: Network, roots: Sequence[int], terminals: np.ndarray, lat: np.ndarray) -> None:
+        self.net = net
+        self.roots = np.asarray(roots, dtype=np.int64)
+        self.terminals = np.asarray(terminals, dtype=np.int64)
+        self.link_of = np.full((net.n, net.n), -1, dtype=np.int64)
+        self.link_of[np.asarray(net.src), np.asarray(net.dst)] = np.arange(net.num_links)
+        self.lat = np.asarray(lat, dtype=np.float64)
+        self.graph_rows = np.asarray(net.src)
+        self.graph_cols = np.asarray(net.dst)
+
+    def __call__(self, cost: np.ndarray) -> tuple[list[tuple[int, ...]], list[float]]:
+        from ccplan.heuristics.trees_jit import pruned_trees
+
+        net = self.net
+        graph = sp.csr_array((cost, (self.graph_rows, self.graph_cols)), shape=(net.n, net.n))
+        dist, pred = dijkstra(graph, directed=True, indices=self.roots, return_predecessors=True)
+        r = len(self.roots)
+        links = np.zeros(r * net.n, dtype=np.int64)
+        ptr = np.zeros(r + 1, dtype=np.int64)
+        deep = np.zeros(r, dtype=np.float64)
+        pruned_trees(np.ascontiguousarray(dist), np.ascontiguousarray(pred, dtype=np.int64), self.roots,
+                     self.terminals, self.link_of, self.lat, links, ptr, deep)
+        flat = links.tolist()
+        bounds = ptr.tolist()
+        return [tuple(flat[bounds[i]: bounds[i + 1]]) for i in range(r)], deep.tolist()
 
 
 def shallow_packing(
@@ -147,6 +194,7 @@ def shallow_packing(
         costs.append(d * d)
         return True
 
+    pricing = _Pricing(net, roots, term, lat)
     for r in roots:
         for t in packing.trees[r]:
             add(t)
@@ -170,13 +218,16 @@ def shallow_packing(
             break
         scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
         added = 0
-        for r in roots:
-            for mu in _MUS:
-                links = _spt(net, r, pi + mu * scale * lat + 1e-9, term)
-                tree = Tree(r, links)
-                loads = link_loads(tree, net.src, net.dst, relays)
-                d = depth(tree, net.src, net.dst, lat)
-                priced = float(np.dot(pi[list(loads)], list(loads.values())))
+        found = [pricing(pi + mu * scale * lat + 1e-9) for mu in _MUS]
+        for i, r in enumerate(roots):
+            for links_of, depths in found:
+                tree = Tree(r, links_of[i])
+                if relays:
+                    loads = link_loads(tree, net.src, net.dst, relays)
+                    priced = float(np.dot(pi[list(loads)], list(loads.values())))
+                else:  # every link counts once
+                    priced = float(pi[list(tree.links)].sum())
+                d = depths[i]
                 if d * d + priced < sigma[row_of[r]] - 1e-9 and add(tree):
                     added += 1
             if deadline.expired:
