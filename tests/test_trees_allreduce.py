@@ -130,11 +130,13 @@ def test_ring_allreduce_reaches_the_bandwidth_bound() -> None:
     assert 15000 <= result.makespan_us <= 15000 / 0.97
 
 
-def test_probing_portfolio_keeps_the_trees_alone() -> None:
-    """``--chunks auto`` probes a portfolio with a soft budget of 0: its first complete schedule
-    only. The trees AllReduce is then the answer and no slower candidate runs after it."""
+@pytest.mark.parametrize("extra", [{"soft_budget": 0}, {"auto_probe": True}], ids=["soft-budget-0", "auto-probe"])
+def test_probing_portfolio_keeps_the_trees_alone(extra: dict[str, object]) -> None:
+    """A portfolio asked for its first complete schedule (a soft budget of 0), or probed by
+    ``--chunks auto`` (its candidates carry ``extra["auto_probe"]``, chunks.AUTO_PROBE): the trees
+    AllReduce is then the answer and no slower candidate runs after it."""
     inst = _allreduce(resolve_topology("dgx1"), 8)
-    result = solve(inst, "heuristic", SolveOptions(time_limit=60, workers=1, extra={"soft_budget": 0}))
+    result = solve(inst, "heuristic", SolveOptions(time_limit=60, workers=1, extra=extra))
     assert result.verified
     assert result.details["mode"] == "trees"
     assert result.details["reversal"] == "others skipped"

@@ -41,8 +41,9 @@ TREES_ALLREDUCE_METHODS: frozenset[str] = frozenset({"trees", "heuristic"})
 TREES_SUFFICES = 0.01
 """A ``trees-allreduce`` schedule within this fraction above the physical bound is kept
 without running the other candidates (``--chunks auto`` stops there too). So is one built
-under a soft budget of 0 (``extra["soft_budget"]``: ``--chunks auto`` probing a portfolio at
-each C, which wants its first complete schedule)."""
+for a candidate of ``--chunks auto`` (``extra["auto_probe"]``, set by
+:mod:`ccplan.pipeline.chunks` for a portfolio at each C) or under a soft budget of 0
+(``extra["soft_budget"]``: the first complete schedule only)."""
 
 TREES_ONLY_ABOVE = 512
 """Chunks in all (C x GPUs) above which, once ``trees-allreduce`` gave a schedule, no other

@@ -584,7 +584,11 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             natives.append(("trees", trees[0], trees[1]))
             if trees[2] <= TREES_SUFFICES:
                 return native_outcome("trees", trees[0], method, details, start, "others skipped")
-            probe = opts.extra.get("soft_budget") is not None and float(opts.extra["soft_budget"]) <= 0
+            # a candidate of --chunks auto (chunks.AUTO_PROBE) or a portfolio asked for its first
+            # complete schedule only (soft budget 0)
+            probe = bool(opts.extra.get("auto_probe")) or (
+                opts.extra.get("soft_budget") is not None and float(opts.extra["soft_budget"]) <= 0
+            )
             opts = left_options(opts, OTHERS_SHARE, start)
             if (large or probe) and hier_lost(instance):
                 why = "others skipped" if probe else "others skipped at this C"
