@@ -208,3 +208,33 @@ def test_the_doubling_does_not_start_a_candidate_it_cannot_finish(monkeypatch):
     assert clock["now"] <= 60.0
     assert inst.collective.chunks == 8
     assert "would take about 32 s" in result.details["auto_stop"]
+
+
+def test_no_schedule_in_time_at_any_c_is_the_engine_answer_not_bad_input(monkeypatch, capsys):
+    """An engine that runs at every C but finds nothing in its time (a real solve of the ring,
+    its schedule taken away, status ``"unknown"``): ``--chunks auto`` returns the last
+    candidate's result, with every C tried, and the CLI exits 3 ("no schedule") naming the
+    method, not 2 (bad input) as before. A method that refuses the instance at every C still
+    raises (see test_auto_chunks_fails_with_one_line_when_nothing_verifies)."""
+    from dataclasses import replace
+
+    import ccplan.pipeline.chunks as chunks
+
+    real = chunks.solve
+
+    def out_of_time(instance, method, options):
+        r = real(instance, "ring", options)
+        return replace(r, status="unknown", schedule=None, makespan_slots=None, verified=False, report=None)
+
+    monkeypatch.setattr(chunks, "solve", out_of_time)
+    topo = ring(4, alpha_us=0.0)
+    inst, result = solve_auto_chunks(lambda c: make_instance(topo, allreduce(topo, chunks=c), "1MB"),
+                                     "ring", SolveOptions(time_limit=20))
+    assert result.schedule is None and not result.verified
+    assert list(result.details["auto_chunks"]) == ["1", "2"]  # AUTO_PATIENCE failures in a row
+    assert all(v is None for v in result.details["auto_chunks"].values())
+    assert inst.collective.chunks == 2
+    code = main(["solve", "--topology", "ring", "--topo-arg", "n=4", "--collective", "allreduce",
+                 "--size", "1MB", "--chunks", "auto", "--method", "ring", "--quiet", "--time-limit", "20"])
+    assert code == 3
+    assert "found no schedule" in capsys.readouterr().err

@@ -130,7 +130,9 @@ def test_ring_allreduce_reaches_the_bandwidth_bound() -> None:
     assert 15000 <= result.makespan_us <= 15000 / 0.97
 
 
-@pytest.mark.parametrize("extra", [{"soft_budget": 0}, {"auto_probe": True}], ids=["soft-budget-0", "auto-probe"])
+@pytest.mark.parametrize(
+    "extra", [{"soft_budget": 0}, {"auto_probe": True}], ids=["soft-budget-0", "auto-probe"]
+)
 def test_probing_portfolio_keeps_the_trees_alone(extra: dict[str, object]) -> None:
     """A portfolio asked for its first complete schedule (a soft budget of 0), or probed by
     ``--chunks auto`` (its candidates carry ``extra["auto_probe"]``, chunks.AUTO_PROBE): the trees

@@ -85,10 +85,13 @@ def solve_auto_chunks(
         to its makespan in microseconds (None when it failed or did not verify), and
         ``details["auto_stop"]`` says why the doubling stopped.
 
+        When no candidate gave a verified schedule but some ran to a result (no schedule in
+        time, or one the verifier rejects), the last such result is returned as it is.
+
     Raises
     ------
     ValidationError
-        No candidate gave a verified schedule (the first failure is named).
+        No candidate ran to a result: the method refused every one (the first refusal is named).
     ResourceLimitError
         Not even ``C = 1`` fits the memory budget.
     """
@@ -103,6 +106,7 @@ def solve_auto_chunks(
     stop = ""
     probe_extra = _probe_extra(method, opts)
     walls: dict[int, float] = {}
+    last: tuple[Instance, Result] | None = None  # the last candidate that ran to a result
     probed: dict[int, float] = {}  # C of a probe that built the tree packing only -> its slot bound in us
     c = 1
     while True:
@@ -130,6 +134,8 @@ def solve_auto_chunks(
                 raise
             stop = f"C={c} refused by the memory budget ({exc})"
             break
+        if result is not None:
+            last = (instance, result)
         us = result.makespan_us if result is not None and result.verified else None
         tried[str(c)] = us
         if us is not None and result is not None and result.details.get(AUTO_PROBE):
@@ -174,6 +180,14 @@ def solve_auto_chunks(
             break
         c *= 2
     if best is None:
+        if last is not None:
+            # the engine ran but found nothing in time (or nothing the verifier accepts): that
+            # is the engine's answer, not bad input, so the caller reports it as such (CLI exit 3
+            # or 1), with every C tried
+            instance, result = last
+            log.info("--chunks auto: no verified schedule at any C of %s: %s", tried, stop)
+            return instance, replace(result, details={**dict(result.details), "auto_chunks": tried,
+                                                      "auto_stop": stop})
         raise ValidationError(f"--chunks auto: no chunk count gave a verified schedule ({failure})")
     best_us, instance, result = best
     # The full portfolio once, at the probed C whose slot bound leaves the most room below the
