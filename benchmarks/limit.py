@@ -29,7 +29,8 @@ Each run is a subprocess (this script with ``--child``) that reports its own pea
 memory. ``--method trees``: ``ccplan.pipeline.solve`` with ``--method trees``, verification and
 bounds included. ``--method heuristic``: the command line ``ccplan solve ... --chunks auto
 --method heuristic --time-limit T --workers 1 --json``, run in the child's process.
-AllReduce by ``trees`` uses combine.py's ``concat`` mode by default (``--allreduce``).
+AllReduce by ``trees`` is the library's ``trees-allreduce`` (ReduceScatter trees, then AllGather
+trees moved send by send into free slots) unless ``--allreduce`` names another mode.
 ``--repeat N`` runs each case N times and prints the median makespan (the ratios are of the
 median) with every run's time in ``runs_us``; the 1-minute load average at the start of the
 case is printed beside the seconds.
@@ -151,12 +152,8 @@ def child(name: str, kind: str, chunks: int, time_limit: float, allreduce: str, 
                           "mode": f"auto: {res.details.get('auto_stop', '')}"}))
         return 0
     inst = make_instance(topo, make_collective(kind, topo, chunks=chunks), size)
-    if kind == "allreduce" and allreduce == "concat":
-        makespan_us, verified = _concat_allreduce(inst, time_limit)
-        mode = "concat"
-    else:
-        res = solve(inst, "trees", SolveOptions(time_limit=time_limit, extra={"allreduce": allreduce}))
-        makespan_us, verified, mode = res.makespan_us, res.verified, res.details.get("mode", "")
+    res = solve(inst, "trees", SolveOptions(time_limit=time_limit, extra={"allreduce": allreduce}))
+    makespan_us, verified, mode = res.makespan_us, res.verified, res.details.get("mode", "")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"makespan_us": makespan_us, "verified": verified, "peak_MB": peak, "chunks": chunks,
                       "mode": mode}))
@@ -190,35 +187,6 @@ def _user_path(name: str, kind: str, chunks: int, time_limit: float, size: float
     return 0
 
 
-def _concat_allreduce(inst, time_limit: float) -> tuple[float | None, bool]:  # type: ignore[no-untyped-def]
-    """combine.py's ``concat`` AllReduce, built here: its ``solve_combining`` also runs the
-    cluster-allreduce candidate whatever the mode, whose placement grows with C squared (9 of
-    11 s at C = 64 on NDv2 x2), so at these chunk counts it never finishes. ReduceScatter by
-    trees (reversed), then the AllGather by trees shifted by its makespan; the whole
-    schedule goes through the verifier on the AllReduce instance."""
-    from dataclasses import replace
-
-    from ccplan.contract import SolveOptions
-    from ccplan.instances import make_collective
-    from ccplan.pipeline import solve
-    from ccplan.schedule.core import Schedule, Send
-    from ccplan.schedule.verify import verify
-
-    topo = inst.topology
-    c = inst.collective.chunks
-    opts = SolveOptions(time_limit=time_limit / 2, extra={"flow_bound": False})
-    rs = solve(replace(inst, collective=make_collective("reducescatter", topo, chunks=c)), "trees", opts)
-    ag = solve(replace(inst, collective=make_collective("allgather", topo, chunks=c)), "trees", opts)
-    if rs.schedule is None or ag.schedule is None or rs.makespan_slots is None:
-        return None, False
-    shift = rs.makespan_slots
-    sends = rs.schedule.sends + tuple(Send(s.slot + shift, s.chunk, s.src, s.dst) for s in ag.schedule.sends)
-    report = verify(inst, Schedule(sends, method="trees+rs+ag"))
-    if not report.ok or report.makespan_slots is None:
-        return None, False
-    return report.makespan_slots * inst.tau_us, True
-
-
 def _run_child(name: str, kind: str, c: int, args: argparse.Namespace, size: float,
                env: dict[str, str]) -> dict:  # type: ignore[type-arg]
     """One run in a subprocess: its JSON figures plus ``seconds`` (None makespan on failure)."""
@@ -249,9 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--auto", action="store_true", help="--chunks auto instead of a fixed C")
     p.add_argument("--large", action="store_true", help="the 1,024-GPU AllGather instances instead")
-    p.add_argument("--allreduce", default="concat", choices=("best", "concat", "overlap", "pipelined"),
-                   help="combine.py's AllReduce mode (default concat: its overlap modes are slow at "
-                        "these chunk counts)")
+    p.add_argument("--allreduce", default="best", choices=("best", "concat", "overlap", "pipelined"),
+                   help="the AllReduce mode of ccplan.pipeline.combining (default best: trees-allreduce "
+                        "first)")
     p.add_argument("--child", nargs=7, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
