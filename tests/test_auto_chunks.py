@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -14,6 +15,22 @@ from ccplan.instances.combining import allreduce
 from ccplan.instances.instance import make_instance
 from ccplan.pipeline.chunks import AUTO_PATIENCE, AUTO_TOLERANCE, solve_auto_chunks
 from ccplan.pipeline.solve import solve
+
+
+@dataclass(frozen=True)
+class _Fake:
+    """A stand-in engine's result: what ``solve_auto_chunks`` reads of a ``Result``."""
+
+    makespan_us: float
+    lower_bound_slots: int = 1
+    verified: bool = True
+    physical_bound_us: float = 100.0
+    details: dict = field(default_factory=dict)
+
+
+def _ring4_allreduce(c: int):
+    topo = ring(4, alpha_us=0.0)
+    return make_instance(topo, allreduce(topo, chunks=c), "1MB")
 
 
 def test_auto_chunks_keeps_the_fastest_verified_candidate():
@@ -136,31 +153,17 @@ def test_one_doubling_that_gains_little_does_not_end_the_search(monkeypatch):
     bound 100 (none of them within 1 % of it), slot bound 50 us at every C. The search must go
     past C = 4 and stop after two doublings in a row that gained under 1 %, at C = 64, keeping
     C = 64's 101.2 us."""
-    from dataclasses import dataclass, field
-
     import ccplan.pipeline.chunks as chunks
 
     times = {1: 200.0, 2: 160.0, 4: 159.0, 8: 120.0, 16: 102.0, 32: 101.5, 64: 101.2, 128: 101.1}
 
-    @dataclass(frozen=True)
-    class Fake:
-        makespan_us: float
-        lower_bound_slots: int
-        verified: bool = True
-        physical_bound_us: float = 100.0
-        details: dict = field(default_factory=dict)
-
-    topo = ring(4, alpha_us=0.0)
-
-    def build(c: int):
-        return make_instance(topo, allreduce(topo, chunks=c), "1MB")
 
     def fake_solve(instance, method, options):
         c = instance.collective.chunks
-        return Fake(times[c], lower_bound_slots=max(1, round(50.0 / instance.tau_us)))
+        return _Fake(times[c], lower_bound_slots=max(1, round(50.0 / instance.tau_us)))
 
     monkeypatch.setattr(chunks, "solve", fake_solve)
-    inst, result = solve_auto_chunks(build, "stand-in", SolveOptions(time_limit=600))
+    inst, result = solve_auto_chunks(_ring4_allreduce, "stand-in", SolveOptions(time_limit=600))
     assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8, 16, 32, 64]
     assert inst.collective.chunks == 64 and result.makespan_us == 101.2
     assert "2 doublings in a row" in result.details["auto_stop"]
@@ -172,8 +175,6 @@ def test_the_doubling_does_not_start_a_candidate_it_cannot_finish(monkeypatch):
     about twice C = 8's 16 s, 32 s, and only 30 s are left, so the doubling stops at C = 8
     within the limit (it used to start C = 16 and end at 62 s). Times 100 / C + 100 us against
     a physical bound of 100 us, so no other rule stops it."""
-    from dataclasses import dataclass, field
-
     import ccplan.pipeline.chunks as chunks
 
     clock = {"now": 0.0}
@@ -183,27 +184,14 @@ def test_the_doubling_does_not_start_a_candidate_it_cannot_finish(monkeypatch):
         def perf_counter() -> float:
             return clock["now"]
 
-    @dataclass(frozen=True)
-    class Fake:
-        makespan_us: float
-        lower_bound_slots: int = 1
-        verified: bool = True
-        physical_bound_us: float = 100.0
-        details: dict = field(default_factory=dict)
-
-    topo = ring(4, alpha_us=0.0)
-
-    def build(c: int):
-        return make_instance(topo, allreduce(topo, chunks=c), "1MB")
-
     def fake_solve(instance, method, options):
         c = instance.collective.chunks
         clock["now"] += 2.0 * c
-        return Fake(100.0 / c + 100.0 * (1 + 0.5 / c))
+        return _Fake(100.0 / c + 100.0 * (1 + 0.5 / c))
 
     monkeypatch.setattr(chunks, "time", FakeTime)
     monkeypatch.setattr(chunks, "solve", fake_solve)
-    inst, result = solve_auto_chunks(build, "stand-in", SolveOptions(time_limit=60))
+    inst, result = solve_auto_chunks(_ring4_allreduce, "stand-in", SolveOptions(time_limit=60))
     assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8]
     assert clock["now"] <= 60.0
     assert inst.collective.chunks == 8

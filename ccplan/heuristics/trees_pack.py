@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -415,6 +415,50 @@ class _Master:
         col = np.asarray(sol.col_value)
         return float(col[0]), col[1:], duals[: self.nr], np.maximum(duals[self.nr:], 0.0)
 
+    def maximise_rate(self, columns: int) -> None:
+        """The objective back to the common rate ``z`` over all ``columns`` trees (after
+        :meth:`prefer`)."""
+        self.h.changeColBounds(0, 0.0, self.inf)
+        self.h.changeColCost(0, 1.0)
+        for j in range(1, columns + 1):
+            self.h.changeColCost(j, 0.0)
+
+    def prefer(self, rate_floor: float, costs: Sequence[float]) -> None:
+        """Keep ``z >= rate_floor`` and maximise ``sum_j costs[j] y_j`` over the trees instead
+        (e.g. minus their squared depths: the shallowest packing at that rate)."""
+        self.h.changeColBounds(0, rate_floor, self.inf)
+        self.h.changeColCost(0, 0.0)
+        for j, c in enumerate(costs, start=1):
+            self.h.changeColCost(j, float(c))
+
+
+def price_rounds(
+    master: _Master,
+    state: tuple[float, np.ndarray, np.ndarray, np.ndarray],
+    price: Callable[[np.ndarray, np.ndarray], int],
+    optimal: float,
+    gap: float,
+    deadline: Deadline,
+    max_iterations: int,
+    on_round: Callable[[int, float], None] | None = None,
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Column generation (ForestColl's packing LP): from the master's solution ``state`` =
+    ``(z, weights, sigma, pi)``, ``price(pi, sigma)`` adds the trees whose reduced cost is
+    positive and returns how many; rounds go on until ``z`` is within ``gap`` of ``optimal``,
+    no tree prices in, the deadline passes or ``max_iterations`` rounds ran. Returns the last
+    solution and the number of rounds."""
+    z, weights, sigma, pi = state
+    rounds = 0
+    for rounds in range(1, max_iterations + 1):
+        if z >= optimal * (1 - gap) or deadline.expired:
+            break
+        if not price(pi, sigma):
+            break
+        z, weights, sigma, pi = master.solve()
+        if on_round is not None:
+            on_round(rounds, z)
+    return z, weights, sigma, pi, rounds
+
 
 def pack_trees(
     net: Network,
@@ -478,10 +522,7 @@ def pack_trees(
     if columns:
         z, weights, sigma, pi = master.solve()
         log.debug("trees: %d seed trees, rate %.6g", len(columns), z)
-    it = 0
-    for it in range(1, max_iterations + 1):
-        if z >= optimal * (1 - gap) or deadline.expired:
-            break
+    def price(pi: np.ndarray, sigma: np.ndarray) -> int:
         w, pred = paths.matrix(pi)
         added = 0
         for i, r in enumerate(roots):
@@ -498,14 +539,19 @@ def pack_trees(
             columns.append(Tree(r, links))
             master.add(columns[-1], loads)
             added += 1
-        if not added:
-            break
-        z, weights, sigma, pi = master.solve()
+        return added
+
+    def on_round(it: int, z: float) -> None:
+        nonlocal last_note
         now = time.perf_counter()
         log.debug("trees: round %d, %d trees, rate %.6g", it, len(columns), z)
         if now - last_note >= _PROGRESS_EVERY:
             log.info("trees: packing iteration %d, %d trees, rate %.6g of %.6g", it, len(columns), z, optimal)
             last_note = now
+
+    z, weights, sigma, pi, it = price_rounds(
+        master, (z, weights, sigma, pi), price, optimal, gap, deadline, max_iterations, on_round
+    )
     trees: dict[int, list[Tree]] = {r: [] for r in roots}
     for t, y in zip(columns, weights.tolist(), strict=True):
         if y > 1e-9:

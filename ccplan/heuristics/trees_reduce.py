@@ -62,7 +62,14 @@ from ccplan.heuristics.trees import (
     roots_and_terminals,
     slot_network,
 )
-from ccplan.heuristics.trees_pack import Tree, _Master, _Paths, min_arborescence, optimal_rate
+from ccplan.heuristics.trees_pack import (
+    Tree,
+    _Master,
+    _Paths,
+    min_arborescence,
+    optimal_rate,
+    price_rounds,
+)
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline
@@ -263,11 +270,7 @@ def pack_arc_trees(
         return True
 
     load = np.zeros(net.num_links)
-    h = master.h
-    h.changeColBounds(0, 0.0, master.inf)  # a cached master left at the depth solve
-    h.changeColCost(0, 1.0)
-    for j in range(1, len(columns) + 1):
-        h.changeColCost(j, 0.0)
+    master.maximise_rate(len(columns))  # a cached master was left at the depth solve
     for k in range(1, seed_rounds + 1 if not columns else 0):
         for rp in r_pos:
             length = np.exp(np.minimum(_MWU_ETA * load * optimal / (k * cap), 50.0)) / cap
@@ -279,31 +282,23 @@ def pack_arc_trees(
             add(rp, arcs, None, 0.0)
         if deadline.expired:
             break
-    z, weights, sigma, pi = master.solve()
-    rounds = 0
-    for rounds in range(1, max_iterations + 1):  # noqa: B007 (logged below)
-        if z >= optimal * (1 - gap) or deadline.expired:
-            break
+    def price(pi: np.ndarray, sigma: np.ndarray) -> int:
         w, pred = paths.matrix(pi)
         added = 0
         for j, rp in enumerate(r_pos):
             i = paths.pos[rp]
             added += add(rp, _arc_tree(paths, min_arborescence(w, i), i, pred), pi, float(sigma[j]))
-        if not added:
-            break
-        z, weights, sigma, pi = master.solve()
+        return added
+
+    z, weights, _, _, rounds = price_rounds(
+        master, master.solve(), price, optimal, gap, deadline, max_iterations
+    )
     # among the columns found, the shallowest packing at this rate
     first = z
-    h.changeColBounds(0, first * (1 - _RATE_KEPT), master.inf)
-    h.changeColCost(0, 0.0)
-    for j, (_, arcs) in enumerate(columns, start=1):
-        h.changeColCost(j, -_depth(arcs, lat) ** 2)
+    master.prefer(first * (1 - _RATE_KEPT), [-_depth(arcs, lat) ** 2 for _, arcs in columns])
     z, weights, _, _ = master.solve()
     if z < first * (1 - 2 * _RATE_KEPT):  # the LP lost the rate (numerics): keep the first solve
-        h.changeColBounds(0, 0.0, master.inf)
-        h.changeColCost(0, 1.0)
-        for j in range(1, len(columns) + 1):
-            h.changeColCost(j, 0.0)
+        master.maximise_rate(len(columns))
         z, weights, _, _ = master.solve()
     log.info("trees reduction: arc packing rate %.6g = %.4f of x* after %d rounds, %d columns",
              z, z / optimal if optimal else 0.0, rounds, len(columns))
