@@ -249,12 +249,14 @@ def test_verify_piped_into_head_keeps_the_failing_status(tmp_path):
 
 LONG_SOLVE = [
     sys.executable, "-m", "ccplan.cli", "solve", "--topology", "amd", "--topo-arg", "chassis=4",
-    "--chunks", "4", "--size", "1MB", "--time-limit", "120",
+    "--chunks", "2", "--size", "1MB", "--time-limit", "120",
 ]
 """A heuristic solve that has schedules to save within seconds and keeps searching for much
 longer (its gap to the bound stays open), for the signal tests. The size is given (the
 default, 1 MB) so that stderr holds no "note: size ... the default" line beside the one the
-signal tests expect."""
+signal tests expect. 128 chunks in all: from 256 the portfolio builds the tree packing first
+(``ccplan.heuristics.search``), about 5 s on AMD x4 before its first schedule, after the 4 s
+at which the tests interrupt."""
 
 
 def test_ctrl_c_saves_the_best_schedule_and_exits_130(tmp_path):
