@@ -19,7 +19,10 @@ r"""Engine ``trees``: pipelined spanning-tree packing (ForestColl's method) in t
 
 4. **Shallow trees** (:mod:`~ccplan.heuristics.trees_shallow`): at the optimal rate, a second
    LP phase trades the packing's trees for shallower ones, since a pipelined schedule pays the
-   latency depth of its deepest tree once.
+   latency depth of its deepest tree once. Where that depth is a large share of the
+   makespan (small sizes: alpha against few slots of transfer), a depth cap trades rate
+   for depth, keeping the cap with the least ``C / z + depth`` slots
+   (:func:`~ccplan.heuristics.trees_shallow.latency_capped_packing`).
 5. **Periodic copies** (:mod:`~ccplan.heuristics.trees_period`): with integer chunk counts
    per tree for a period of ``P`` slots, one group of chunks is placed in a modulo table and
    copied ``ceil(C / n)`` times, so large ``C`` costs as little as one group; ``"auto"`` uses
@@ -39,6 +42,7 @@ Cut-through instances are solved on their store-and-forward twin by the registry
 ``options.extra``: ``trees_gap`` (the packing stops within this relative gap of ``x*``,
 default 1e-3), ``trees_pack`` (``"auto"``, ``"lp"`` or ``"greedy"``), ``trees_shallow``
 (default True: the second packing phase, :mod:`~ccplan.heuristics.trees_shallow`),
+``trees_capped`` (default True: the depth cap of step 4, per chunk count),
 ``trees_placement`` (``"auto"``, ``"periodic"`` or ``"full"``, see below), ``trees_symmetry``
 (default True: a 2-D torus AllGather is scheduled by translation of one root's schedule,
 :mod:`~ccplan.heuristics.trees_symmetry`).
@@ -67,7 +71,7 @@ from ccplan.heuristics.trees_pack import (
     pack_trees,
 )
 from ccplan.heuristics.trees_period import copy_pattern, min_period, place_pattern
-from ccplan.heuristics.trees_shallow import depth, shallow_packing
+from ccplan.heuristics.trees_shallow import depth, latency_capped_packing, shallow_packing
 from ccplan.heuristics.trees_symmetry import symmetric_schedule
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline, OutOfTimeError
@@ -81,6 +85,7 @@ KINDS: tuple[str, ...] = ("allgather", "broadcast")
 _PROGRESS_EVERY = 5.0  # seconds between progress notes while placing chunks
 _PACK_SHARE = 0.5  # share of the time limit the packing may use; the rest places the sends
 _SHALLOW_SHARE = 0.3  # share of what is left for the shallow phase (trees_shallow)
+_CAPPED_SHARE = 0.2  # share of what is left for the depth caps (trees_shallow.latency_capped_packing)
 _COUNTS_SHARE = 0.2  # share of what is left for the integer chunk counts per tree
 _PERIOD_SHARE = 0.3  # share of what is left for the periodic schedule's sizes
 _PERIOD_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # chunks per root and period
@@ -201,6 +206,15 @@ def plan_trees(
         _PACKINGS[key] = (first, seed)
         while len(_PACKINGS) > _PACKINGS_KEPT:
             _PACKINGS.pop(next(iter(_PACKINGS)))
+        if extra.get("trees_capped", True):
+            share = Deadline(min(deadline.at, time.perf_counter() + _CAPPED_SHARE * deadline.remaining()))
+            per_root: dict[int, int] = {}
+            for s, _ in instance.collective.holders:
+                per_root[s] = per_root.get(s, 0) + 1
+            packing = latency_capped_packing(
+                net, packing, t_pos, [float(x) for x in instance.latency], max(per_root.values(), default=0),
+                share, relays=relays,
+            )
     log.info(
         "trees: %s packing, %d trees, rate %.6g = %.4f of optimal (%.2f s)",
         packing.method, sum(len(t) for t in packing.trees.values()), packing.rate,
