@@ -62,6 +62,7 @@ def test_small_size_picks_the_shallow_tree_at_half_the_rate(monkeypatch):
     assert l02 > 200  # alpha dominates: the case the test is about
     assert capped.makespan_slots == 2 * (10 - 1) + l02
     assert capped.details["rate"] == pytest.approx(0.5)
+    assert capped.details["depth_cap"].startswith("taken")
     _, kept = _broadcast(10, "10KB", False)
     assert kept.makespan_slots >= l01 + l12
 

@@ -45,8 +45,7 @@ def test_packing_with_relays_reaches_the_rate_within_capacity() -> None:
     twin = trees_reduce._twin(inst)
     pos = twin.topology.node_index
     relays = frozenset(pos[v] for v in relaying_switches(inst))
-    # the packing at x* (at C = 8 the depth cap may trade rate for depth: not this test's subject)
-    plan = plan_trees(twin, Deadline.after(60), {"trees_capped": False}, relays)
+    plan = plan_trees(twin, Deadline.after(60), None, relays)
     net = slot_network(twin)
     gpus = [pos[g] for g in topo.gpus]
     x_star, _ = optimal_rate(net, gpus, gpus)
