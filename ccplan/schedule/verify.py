@@ -51,14 +51,26 @@ def verify(instance: Instance, schedule: Schedule, *, fast: bool = True) -> Repo
         least :data:`COLUMN_VERIFY_MIN_SENDS` sends or kept as columns: data-movement
         collectives, store-and-forward); it accepts a schedule exactly when the replay below
         does, and when it finds any violation (or does not apply) the replay runs and gives
-        the Report with its messages. ``False`` runs the replay only (the reference the
-        tests compare against).
+        the Report with its messages. Combining collectives (store-and-forward, every
+        ``L >= 1``) are decided first, for schedules of at least
+        :data:`~ccplan.schedule.verify_combining_fast.COMBINING_FAST_MIN_SENDS` sends or
+        kept as columns, by the compiled pass
+        :func:`~ccplan.schedule.verify_combining_fast.verify_combining_columns`, which
+        accepts exactly what the replay of :mod:`ccplan.schedule.combining` accepts.
+        ``False`` runs the replay only (the reference the tests compare against).
 
     Returns
     -------
     Report
     """
     kept = "_columns" in schedule.__dict__
+    if fast and instance.collective.combining:
+        from ccplan.schedule.verify_combining_fast import COMBINING_FAST_MIN_SENDS, verify_combining_columns
+
+        if len(schedule) >= COMBINING_FAST_MIN_SENDS or kept:
+            report = verify_combining_columns(instance, schedule)
+            if report is not None:
+                return report
     if fast and (len(schedule) >= COLUMN_VERIFY_MIN_SENDS or kept):
         report = verify_columns(instance, schedule)
         if report is not None:
