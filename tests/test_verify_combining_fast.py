@@ -67,8 +67,9 @@ def _schedules() -> list[tuple[str, Instance, Schedule]]:
             (f"leaf-spine/{kind}", _inst(bt.leaf_spine(2, 2, 2), kind, 1)),
         ]
     cases.append(("dgx2x2/allreduce", _inst(bt.dgx2(2), "allreduce", 1, "1GB")))
+    kinds = ("reducescatter", "allreduce", "reduce")
     for seed in (0, 1, 2, 4, 5):
-        cases.append((f"rev{seed}", random_instance(seed, ("reducescatter", "allreduce", "reduce")[seed % 3])))
+        cases.append((f"rev{seed}", random_instance(seed, kinds[seed % 3])))
     engines = ("trees-allreduce", "trees", "hier-allreduce", "mteg", "ring")
     out = []
     for name, inst in cases:
@@ -283,8 +284,8 @@ def test_verify_uses_the_compiled_pass_for_big_combining_schedules() -> None:
     assert report.ok and isinstance(report.arrivals, ArrivalMap)
     assert not isinstance(verify(inst, sched, fast=False).arrivals, ArrivalMap)
     cols = sched.columns()
-    kept = Schedule.from_columns(**{k: cols[k] for k in ("slot", "chunk_source", "chunk_index", "src", "dst")},
-                                 reduce=cols["reduce"])
+    names = ("slot", "chunk_source", "chunk_index", "src", "dst")
+    kept = Schedule.from_columns(**{k: cols[k] for k in names}, reduce=cols["reduce"])
     assert isinstance(verify(inst, kept).arrivals, ArrivalMap)
     small = Schedule(sched.sends[:10])  # broken and small: the replay words it
     assert not verify(inst, small).ok

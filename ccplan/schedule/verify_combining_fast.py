@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from ccplan.instances.instance import Instance
+from ccplan.schedule.arrivals import ArrivalMap, _find, _node_positions
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.report import Report, occupancy_overloads
-from ccplan.schedule.verify import ArrivalMap, _find, _node_positions
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,8 @@ def verify_combining_columns(instance: Instance, schedule: Schedule) -> Report |
     forwarded = np.zeros((len(chunks), n), dtype=np.bool_)
     payload = np.zeros((num, words), dtype=np.uint64)
     broken = kernel(
-        slot, chunk, src, dst, cols["reduce"], arrive, order, no_reduce, full, state, forwarded, full_at, payload
+        slot, chunk, src, dst, cols["reduce"], arrive, order, no_reduce, full,
+        state, forwarded, full_at, payload,
     )
     del payload, forwarded
     if broken >= 0:
@@ -269,7 +270,8 @@ def verify_combining_columns(instance: Instance, schedule: Schedule) -> Report |
     post_nodes = [np.asarray(nodes, dtype=np.int64) for _, nodes in coll.post]
     post_counts = np.array([len(p) for p in post_nodes], dtype=np.int64)
     post_chunk = np.repeat(np.array([chunk_pos[c] for c, _ in coll.post], dtype=np.int64), post_counts)
-    post_where = _node_positions(instance, np.concatenate(post_nodes)) if post_nodes else np.zeros(0, np.int64)
+    post_flat = np.concatenate(post_nodes) if post_nodes else np.zeros(0, dtype=np.int64)
+    post_where = _node_positions(instance, post_flat)
     if len(post_where) and int(post_where.min()) < 0:
         return None
     at = full_at[post_chunk, post_where]
