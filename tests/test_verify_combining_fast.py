@@ -15,8 +15,10 @@ second chunk on a used link-slot, single-port, an outage, an unknown chunk, a mi
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from ccplan.contract import SolveOptions
@@ -29,6 +31,7 @@ from ccplan.instances.topology import make_topology
 from ccplan.pipeline import get_engine
 from ccplan.schedule import verify_combining_fast as fast
 from ccplan.schedule.core import Schedule, Send
+from ccplan.schedule.report import occupancy_overloads
 from ccplan.schedule.verify import ArrivalMap, verify
 from tests.test_combining_exact import random_combining
 from tests.test_combining_reversal import random_instance
@@ -305,3 +308,22 @@ def test_cut_through_and_missing_numba_are_left_to_the_replay(monkeypatch) -> No
     monkeypatch.setattr(fast, "_kernel", no_numba)
     assert fast.verify_combining_columns(inst, sched) is None
     assert verify(inst, sched).ok  # the replay decides
+
+
+@pytest.mark.parametrize("spread", [1, 10_000])
+def test_overload_counting_dense_and_sparse(spread: int) -> None:
+    """``occupancy_overloads`` counts (link, slot) pairs by ``bincount`` when the pairs are
+    dense and by ``np.unique`` when sparse (slots spread ``spread`` apart); both give what a
+    plain count of the pairs gives: every pair used more than ``omega = 1`` times, in link
+    then slot order."""
+    inst = _inst(bt.ring(4), "allreduce", 1)
+    rng = np.random.default_rng(spread)
+    links = rng.integers(0, inst.topology.num_links, 400)
+    slots = rng.integers(0, 60, 400) * spread
+    srcs = np.array([inst.topology.links[j].src for j in links])
+    dsts = np.array([inst.topology.links[j].dst for j in links])
+    found = occupancy_overloads(inst, links, slots, srcs, dsts, with_sends=False)
+    got = [(kind, j, t) for kind, j, t, _ in found]
+    count = Counter(zip(links.tolist(), slots.tolist(), strict=True))
+    want = sorted((j, t) for (j, t), k in count.items() if k > 1)
+    assert got == [("capacity", j, t) for j, t in want] and want
