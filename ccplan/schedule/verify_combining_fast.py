@@ -59,11 +59,16 @@ MAX_STATE_WORDS = 1 << 27
 
 def combining_check_applies(instance: Instance) -> bool:
     """Whether :func:`verify_combining_columns` can decide for ``instance``: a combining
-    collective under store-and-forward with every ``L >= 1``."""
-    if not instance.collective.combining or instance.bufferless:
+    collective whose links of ``L < 1`` all lead from a cut-through switch into a node that
+    holds (every link under store-and-forward; the switch-to-GPU hops under cut-through)."""
+    if not instance.collective.combining:
         return False
     latency = np.asarray(instance.latency, dtype=np.int64)
-    return not (len(latency) and int(latency.min()) < 1)
+    bufferless = instance.bufferless
+    return all(
+        bool(latency[j] >= 1) or (lk.src in bufferless and lk.dst not in bufferless)
+        for j, lk in enumerate(instance.topology.links)
+    )
 
 
 def _njit(func: Callable[..., Any]) -> Any:
@@ -84,79 +89,102 @@ def _replay_sets(
     dst: np.ndarray,
     reduce: np.ndarray,
     arrive: np.ndarray,
+    reads: np.ndarray,
     order: np.ndarray,
+    phase: np.ndarray,
     no_reduce: np.ndarray,
+    bufferless: np.ndarray,
     full: np.ndarray,
     state: np.ndarray,
     forwarded: np.ndarray,
     full_at: np.ndarray,
+    arrived: np.ndarray,
     payload: np.ndarray,
 ) -> int:
-    """The replay on bitmask arrays (module docstring); ``state``, ``forwarded`` and
-    ``full_at`` are updated in place. Returns -1 when no rule breaks, else the row of the
-    first send that breaks one (its read or its arrival)."""
+    """The replay on bitmask arrays (module docstring); ``state``, ``forwarded``,
+    ``full_at`` and ``arrived`` (a cut-through switch's last arrival slot) are updated in
+    place.
+
+    ``reads`` lists the sends in the replay's reading order (by slot, a cut-through switch's
+    sends first), ``order`` the arrivals in its applying order (by ``2 * arrive + phase``,
+    phase 0 into a cut-through switch and 1 into any other node, copies before reduces,
+    then by send). In slot ``t``: the arrivals up to ``(t, 0)``, the switches' reads, the
+    arrivals up to ``(t, 1)`` (with the hops of ``L = 0`` just read), the other reads; after
+    the last read, the remaining arrivals. Returns -1 when no rule breaks, else the row of
+    the first send that breaks one (in its read or its arrival).
+    """
     m = len(slot)
     words = full.shape[1]
     p = 0
     i = 0
+    last = 2 * arrive[order[m - 1]] + 1 if m else 0
     while i < m or p < m:
-        # the arrivals due at or before the next read (all of them after the last read)
-        t = slot[i] if i < m else arrive[order[m - 1]]
-        while p < m and arrive[order[p]] <= t:
-            j = order[p]
-            c = chunk[j]
-            v = dst[j]
-            cur_any = False
-            cur_full = True
-            pay_full = True
-            for w in range(words):
-                cur = state[c, v, w]
-                if cur != 0:
-                    cur_any = True
-                if cur != full[c, w]:
-                    cur_full = False
-                if payload[j, w] != full[c, w]:
-                    pay_full = False
-            if reduce[j]:
+        t = slot[reads[i]] if i < m else last
+        for step in range(2):
+            while p < m and 2 * arrive[order[p]] + phase[order[p]] <= 2 * t + step:
+                j = order[p]
+                p += 1
+                a = arrive[j]
+                c = chunk[j]
+                v = dst[j]
+                if bufferless[v] and arrived[c, v] != a:
+                    # a cut-through switch kept nothing from an earlier slot
+                    for w in range(words):
+                        state[c, v, w] = 0
+                cur_any = False
+                cur_full = True
+                pay_full = True
                 for w in range(words):
-                    if state[c, v, w] & payload[j, w]:
-                        return j  # double-count
-                if cur_any and no_reduce[v]:
-                    return j  # switch-reduce
+                    cur = state[c, v, w]
+                    if cur != 0:
+                        cur_any = True
+                    if cur != full[c, w]:
+                        cur_full = False
+                    if payload[j, w] != full[c, w]:
+                        pay_full = False
+                if reduce[j]:
+                    for w in range(words):
+                        if state[c, v, w] & payload[j, w]:
+                            return j  # double-count
+                    if cur_any and no_reduce[v]:
+                        return j  # switch-reduce
+                    for w in range(words):
+                        state[c, v, w] |= payload[j, w]
+                else:
+                    if pay_full:
+                        if cur_full:
+                            return j  # duplicate-receive
+                    elif cur_any and not forwarded[c, v]:
+                        return j  # copy-overwrite
+                    for w in range(words):
+                        state[c, v, w] = payload[j, w]
+                forwarded[c, v] = False
+                if bufferless[v]:
+                    arrived[c, v] = a
+                now_full = True
                 for w in range(words):
-                    state[c, v, w] |= payload[j, w]
-            else:
-                if pay_full:
-                    if cur_full:
-                        return j  # duplicate-receive
-                elif cur_any and not forwarded[c, v]:
-                    return j  # copy-overwrite
+                    if state[c, v, w] != full[c, w]:
+                        now_full = False
+                if not now_full:
+                    full_at[c, v] = -1
+                elif full_at[c, v] < 0:  # the replay's setdefault (a switch's stays the first)
+                    full_at[c, v] = a
+            while i < m and slot[reads[i]] == t and (step == 1 or bufferless[src[reads[i]]]):
+                k = reads[i]
+                i += 1
+                c = chunk[k]
+                u = src[k]
+                if bufferless[u] and arrived[c, u] != t:
+                    return k  # causality: the chunk does not pass the switch in slot t
+                any_bit = False
                 for w in range(words):
-                    state[c, v, w] = payload[j, w]
-            forwarded[c, v] = False
-            now_full = True
-            for w in range(words):
-                if state[c, v, w] != full[c, w]:
-                    now_full = False
-            if not now_full:
-                full_at[c, v] = -1
-            elif full_at[c, v] < 0:
-                full_at[c, v] = arrive[j]
-            p += 1
-        # the reads of slot t: no arrival lands between two of them, so a send may mark its
-        # sender's set as sent on at once
-        while i < m and slot[i] == t:
-            c = chunk[i]
-            u = src[i]
-            any_bit = False
-            for w in range(words):
-                payload[i, w] = state[c, u, w]
-                if payload[i, w] != 0:
-                    any_bit = True
-            if not any_bit:
-                return i  # causality
-            forwarded[c, u] = True
-            i += 1
+                    payload[k, w] = state[c, u, w]
+                    if payload[k, w] != 0:
+                        any_bit = True
+                if not any_bit:
+                    return k  # causality: an empty set
+                # no arrival lands between two reads of a slot: marked as sent on at once
+                forwarded[c, u] = True
     return -1
 
 
@@ -246,20 +274,29 @@ def verify_combining_columns(instance: Instance, schedule: Schedule) -> Report |
     slot = cols["slot"]
     latency = np.asarray(instance.latency, dtype=np.int64)
     arrive = slot + latency[link]
-    # the replay applies a slot's arrivals copies first, then reduces, each in send order
-    order = np.argsort(arrive * 2 + cols["reduce"], kind="stable")
-
     no_reduce = np.zeros(n, dtype=np.bool_)
+    bufferless = np.zeros(n, dtype=np.bool_)
     reducing = instance.reducing_switches
     for k, v in enumerate(topo.node_ids):
         no_reduce[k] = topo.kind[v] == "switch" and v not in reducing
+        bufferless[k] = v in instance.bufferless
+    # the replay applies a slot's arrivals into cut-through switches, then (after their
+    # reads) the others; each part copies first, then reduces, each in send order
+    phase = (~bufferless[dst]).astype(np.int64)
+    order = np.argsort((arrive * 2 + phase) * 2 + cols["reduce"], kind="stable")
+    # and reads a slot's sends out of cut-through switches first
+    if instance.bufferless:
+        reads = np.argsort(slot * 2 + (~bufferless[src]), kind="stable")
+    else:
+        reads = np.arange(num, dtype=np.int64)
     forwarded = np.zeros((len(chunks), n), dtype=np.bool_)
+    arrived = np.full((len(chunks), n), -1, dtype=np.int64)
     payload = np.zeros((num, words), dtype=np.uint64)
     broken = kernel(
-        slot, chunk, src, dst, cols["reduce"], arrive, order, no_reduce, full,
-        state, forwarded, full_at, payload,
+        slot, chunk, src, dst, cols["reduce"], arrive, reads, order, phase, no_reduce, bufferless,
+        full, state, forwarded, full_at, arrived, payload,
     )
-    del payload, forwarded
+    del payload, forwarded, arrived
     if broken >= 0:
         return None
 
