@@ -52,8 +52,8 @@ def verify(instance: Instance, schedule: Schedule, *, fast: bool = True) -> Repo
         least :data:`COLUMN_VERIFY_MIN_SENDS` sends or kept as columns: data-movement
         collectives, store-and-forward); it accepts a schedule exactly when the replay below
         does, and when it finds any violation (or does not apply) the replay runs and gives
-        the Report with its messages. Combining collectives (store-and-forward, every
-        ``L >= 1``) are decided first, for schedules of at least
+        the Report with its messages. Combining collectives (store-and-forward or
+        cut-through) are decided first, for schedules of at least
         :data:`~ccplan.schedule.verify_combining_fast.COMBINING_FAST_MIN_SENDS` sends or
         kept as columns, by the compiled pass
         :func:`~ccplan.schedule.verify_combining_fast.verify_combining_columns`, which

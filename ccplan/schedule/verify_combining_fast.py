@@ -28,9 +28,12 @@ a rule the pass finds broken the replay finds broken too, and when the pass find
 replay finds none (``tests/test_verify_combining_fast.py`` checks the agreement on the
 schedules of several engines and on mutations of them).
 
-It applies under store-and-forward with every ``L >= 1`` (then each arrival is due after the
-send it carries is read): cut-through switches (bufferless, ``L = 0`` hops read and applied
-within a slot) stay with the replay.
+Under cut-through (docs/model.md) it follows the replay's order within a slot: the arrivals
+into the switches, the switches' reads (a switch sends a chunk only in a slot in which it
+arrives, and keeps nothing from an earlier slot), the arrivals into the other nodes (with
+the switch-to-GPU hops of ``L = 0`` just read), the other reads. It needs every link of
+``L < 1`` to lead from a cut-through switch into a node that holds (true of every instance:
+``L = delta + l`` elsewhere); otherwise the replay decides.
 """
 
 from __future__ import annotations
