@@ -111,7 +111,15 @@ def _overloaded(
     span = int(slot.max()) + 1
     keys = owner * span + slot
     if not with_rows:
-        uniq, counts = np.unique(keys, return_counts=True)
+        size = (int(owner.max()) + 1) * span
+        if size <= 4 * len(keys) + 1024:
+            # a count per (owner, slot) in one pass instead of a sort: the same pairs, in the
+            # same order (AMD x2 AllReduce at C = 256, 562 k sends: 0.06 s instead of 0.16 s)
+            counts = np.bincount(keys, minlength=size)
+            uniq = np.flatnonzero(counts)
+            counts = counts[uniq]
+        else:
+            uniq, counts = np.unique(keys, return_counts=True)
         return [
             (int(uniq[k] // span), int(uniq[k] % span), np.zeros(0, dtype=np.int64))
             for k in np.nonzero(counts > limit(uniq))[0]
