@@ -27,7 +27,6 @@ from ccplan.instances import builtin as bt
 from ccplan.instances import make_instance
 from ccplan.instances.combining import make_combining
 from ccplan.instances.instance import Instance
-from ccplan.instances.topology import make_topology
 from ccplan.pipeline import get_engine
 from ccplan.schedule import verify_combining_fast as fast
 from ccplan.schedule.core import Schedule, Send
@@ -35,33 +34,10 @@ from ccplan.schedule.report import occupancy_overloads
 from ccplan.schedule.verify import ArrivalMap, verify
 from tests.test_combining_exact import random_combining
 from tests.test_combining_reversal import random_instance
+from tests.test_hier_allreduce import two_stars
+from tests.test_trees_allreduce import mini_amd
 
 QUICK = SolveOptions(time_limit=20, workers=1, extra={"effort": "quick", "flow_bound": False})
-
-
-def mini_amd():  # type: ignore[no-untyped-def]
-    """Two chassis of 4 GPUs (all pairs at 100 GB/s), a NIC switch per GPU pair (25 GB/s)
-    with an uplink to one global switch (as ``tests/test_trees_allreduce.py``)."""
-    cables = []
-    for c in range(2):
-        g = [4 * c + i for i in range(4)]
-        cables += [(a, b, 100.0, 0.7) for i, a in enumerate(g) for b in g[i + 1 :]]
-        for m in range(2):
-            nic = 8 + 2 * c + m
-            cables += [(g[2 * m], nic, 25.0, 1.3), (g[2 * m + 1], nic, 25.0, 1.3), (nic, 12, 25.0, 1.3)]
-    return make_topology("mini-amd", gpus=range(8), duplex_links=cables, switches=[8, 9, 10, 11, 12])
-
-
-def two_stars():  # type: ignore[no-untyped-def]
-    """GPUs 0, 1 around switch 4, GPUs 2, 3 around switch 5 (50 GB/s), NICs 1 -> 2 and 3 -> 0
-    (25 GB/s), alpha 0: every switch-to-GPU hop is ``L = 0`` under cut-through."""
-    return make_topology(
-        "two-stars",
-        gpus=range(4),
-        switches=[4, 5],
-        duplex_links=[(0, 4, 50.0, 0.0), (1, 4, 50.0, 0.0), (2, 5, 50.0, 0.0), (3, 5, 50.0, 0.0)],
-        directed_links=[(1, 2, 25.0, 0.0), (3, 0, 25.0, 0.0)],
-    )
 
 
 def _inst(topo, kind: str, chunks: int = 1, size: str = "1MB", **kw: object) -> Instance:  # type: ignore[no-untyped-def]
@@ -87,9 +63,11 @@ def _schedules() -> list[tuple[str, Instance, Schedule]]:
         cases += [
             (f"cut/{name}", inst.with_switch_model("cut-through"))
             for name, inst in cases
-            if name.endswith(f"/{kind}") and name.split("/")[0] in ("star4", "star4-reducing", "leaf-spine", "mini-amd")
+            if name.endswith(f"/{kind}")
+            and name.split("/")[0] in ("star4", "star4-reducing", "leaf-spine", "mini-amd")
         ]
-    cases.append(("cut/two-stars/allreduce", _inst(two_stars(), "allreduce", 2, "1GB", switch_model="cut-through")))
+    cut_stars = _inst(two_stars(), "allreduce", 2, "1GB", switch_model="cut-through")
+    cases.append(("cut/two-stars/allreduce", cut_stars))
     kinds = ("reducescatter", "allreduce", "reduce")
     for seed in (0, 1, 2, 4, 5):
         cases.append((f"rev{seed}", random_instance(seed, kinds[seed % 3])))

@@ -82,6 +82,20 @@ class Report:
     num_sends: int
     arrivals: Mapping[tuple[Chunk, int], int] = field(repr=False, compare=False)
 
+    @classmethod
+    def accepted(
+        cls, instance: Instance, makespan: int, num_sends: int, arrivals: Mapping[tuple[Chunk, int], int]
+    ) -> Report:
+        """The report of a schedule with no violation (a column verifier's verdict)."""
+        return cls(
+            ok=True,
+            violations=(),
+            makespan_slots=makespan,
+            makespan_us=instance.slots_to_us(makespan),
+            num_sends=num_sends,
+            arrivals=arrivals,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly summary."""
         return {

@@ -14,7 +14,7 @@ import numpy as np
 from ccplan.instances.collectives import Chunk
 from ccplan.instances.instance import Instance
 from ccplan.limits import BYTES_PER_LINK_SLOT_OF, BYTES_PER_SEND_COLUMNS, Estimate
-from ccplan.schedule.arrivals import ArrivalMap, _find, _node_positions
+from ccplan.schedule.arrivals import ArrivalMap, _find, _node_positions, send_columns
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.estimate import estimate_schedule
 from ccplan.schedule.report import (  # noqa: F401  (re-exported: the verifier's report types)
@@ -327,23 +327,10 @@ def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
     if top * width >= 1 << 62 or len(chunks) * n >= 1 << 62:
         return None
     known = np.array([a * width + b for a, b in chunks], dtype=np.int64)  # sorted: chunks are
-    pos, found = _find(known, cols["chunk_source"] * width + cols["chunk_index"])
-    if not found.all():
+    sent = send_columns(instance, cols, known, width)
+    if sent is None:
         return None
-    # positions and link numbers as int32: at 16.8 million sends each such column is 67 MB
-    chunk = pos.astype(np.int32)
-    del pos, found
-
-    # link of each send
-    src = _node_positions(instance, cols["src"]).astype(np.int32)
-    dst = _node_positions(instance, cols["dst"]).astype(np.int32)
-    if num and (int(src.min()) < 0 or int(dst.min()) < 0):
-        return None
-    found_link = topo.links_between(cols["src"], cols["dst"])
-    if num and int(found_link.min()) < 0:
-        return None
-    link = found_link.astype(np.int32)
-    del found_link
+    chunk, src, dst, link = sent
 
     # one holding per (chunk, node): the precondition's and the receipts' keys, sorted
     pre = _pair_keys(instance, coll.pre, chunk_pos)
@@ -377,14 +364,7 @@ def verify_columns(instance: Instance, schedule: Schedule) -> Report | None:
     if not found.all():
         return None
     makespan = int(held_from[pos].max()) if len(pos) else 0
-    return Report(
-        ok=True,
-        violations=(),
-        makespan_slots=makespan,
-        makespan_us=instance.slots_to_us(makespan),
-        num_sends=num,
-        arrivals=ArrivalMap(keys, held_from, chunks, topo.node_ids),
-    )
+    return Report.accepted(instance, makespan, num, ArrivalMap(keys, held_from, chunks, topo.node_ids))
 
 
 def estimate_verify(instance: Instance, schedule: Schedule, what: str = "verify") -> Estimate:

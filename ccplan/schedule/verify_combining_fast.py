@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ccplan.instances.instance import Instance
-from ccplan.schedule.arrivals import ArrivalMap, _find, _node_positions
+from ccplan.schedule.arrivals import ArrivalMap, _node_positions, send_columns
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.report import Report, occupancy_overloads
 
@@ -263,17 +263,10 @@ def verify_combining_columns(instance: Instance, schedule: Schedule) -> Report |
     if top * width >= 1 << 62:
         return None
     known = np.array([a * width + b for a, b in chunks], dtype=np.int64)
-    pos, found = _find(known, cols["chunk_source"] * width + cols["chunk_index"])
-    if not found.all():
+    sent = send_columns(instance, cols, known, width)
+    if sent is None:
         return None
-    chunk = pos.astype(np.int32)
-    src = _node_positions(instance, cols["src"]).astype(np.int32)
-    dst = _node_positions(instance, cols["dst"]).astype(np.int32)
-    if num and (int(src.min()) < 0 or int(dst.min()) < 0):
-        return None
-    link = topo.links_between(cols["src"], cols["dst"])
-    if num and int(link.min()) < 0:
-        return None
+    chunk, src, dst, link = sent
     slot = cols["slot"]
     latency = np.asarray(instance.latency, dtype=np.int64)
     arrive = slot + latency[link]
@@ -320,11 +313,6 @@ def verify_combining_columns(instance: Instance, schedule: Schedule) -> Report |
     makespan = int(at.max()) if len(at) else 0
     flat_at = full_at.ravel()
     keys = np.flatnonzero(flat_at >= 0)
-    return Report(
-        ok=True,
-        violations=(),
-        makespan_slots=makespan,
-        makespan_us=instance.slots_to_us(makespan),
-        num_sends=num,
-        arrivals=ArrivalMap(keys.astype(np.int64), flat_at[keys], chunks, topo.node_ids),
+    return Report.accepted(
+        instance, makespan, num, ArrivalMap(keys.astype(np.int64), flat_at[keys], chunks, topo.node_ids)
     )
