@@ -54,6 +54,12 @@ send columns; the schedule kept as columns into the column verifier and the boun
 torus AllGather, 16.8 million deliveries, 1.6 GB resident before the schedule is made,
 3.7 GB peak for the whole ``ccplan solve`` while the estimate built the collective's demand
 tuples, 2.5 GB since (docs/scale.md); kept at the larger figure, rounded up."""
+BYTES_PER_REDUCTION_DELIVERY = 1000
+"""One delivery of a ReduceScatter / Reduce built by the trees reduction alone (the pipeline's
+native reduction through switches that cannot reduce, above its chunk threshold): sends kept
+in arrays, checked by the fast combining verifier. Measured on AMD x2 1 GB, ``heuristic``, the
+process's peak resident memory above its warmed-up base per delivery: 652 B at C = 256 (254 k
+deliveries), 669 B at C = 1,024 (1.0 M); rounded up by half."""
 BYTES_PER_LINK_SLOT = 200
 """One occupied (link, slot) record in the reservation tables and the verifier."""
 BYTES_PER_LINK_SLOT_OF = {"layered": 40}

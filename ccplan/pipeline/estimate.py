@@ -14,6 +14,7 @@ from ccplan.limits import (
     BYTES_PER_HORIZON_SLOT,
     BYTES_PER_LINK_SLOT,
     BYTES_PER_LINK_SLOT_OF,
+    BYTES_PER_REDUCTION_DELIVERY,
     Estimate,
 )
 
@@ -28,10 +29,14 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     counted per destination from the pre- and postcondition tables, without the collective's
     tuple of ``(chunk, node)`` pairs (16.8 million tuples, 1.5 GB, at 4,096 GPUs); a combining
     collective's from its contributors too (:func:`ccplan.instances.estimate.count_deliveries`).
+    A ReduceScatter / Reduce that the trees reduction alone builds is charged
+    :data:`BYTES_PER_REDUCTION_DELIVERY` per delivery (:func:`_reduction_only`).
     """
     topo = instance.topology
     occupancy = instance.occupancy
     per_delivery = BYTES_PER_DEMAND_OF.get(method or "", BYTES_PER_DEMAND)
+    if _reduction_only(instance, method):
+        per_delivery = min(per_delivery, BYTES_PER_REDUCTION_DELIVERY)
     per_link_slot = BYTES_PER_LINK_SLOT_OF.get(method or "", BYTES_PER_LINK_SLOT)
     width = max(topo.node_ids) + 1
     cheapest_in = np.ones(width, dtype=np.int64)
@@ -61,3 +66,16 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
     parts.append((horizon * BYTES_PER_HORIZON_SLOT, slots))
     driver = max(parts)[1]
     return Estimate("solve", float(total), f"{instance.topology.name} {instance.collective.kind}: {driver}")
+
+
+def _reduction_only(instance: Instance, method: str | None) -> bool:
+    """Whether ``method`` builds ``instance`` by the trees reduction alone (the reversal's
+    native reduction above ``NATIVE_ONLY_ABOVE`` chunks in all; ``ccplan.pipeline.combining``),
+    whose deliveries live in arrays, not in the send and tree records of the other engines."""
+    from ccplan.heuristics.trees_reduce import applies
+    from ccplan.pipeline.combining import NATIVE_ONLY_ABOVE, NATIVE_REDUCTION
+
+    coll = instance.collective
+    if method not in NATIVE_REDUCTION or coll.kind not in ("reducescatter", "reduce"):
+        return False
+    return coll.chunks * len(instance.topology.gpus) > NATIVE_ONLY_ABOVE and applies(instance)
