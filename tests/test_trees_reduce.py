@@ -89,6 +89,17 @@ def test_ndv2_x4_reduction_near_the_rate_term() -> None:
     assert res.physical.us / res.makespan_us >= 0.97
 
 
+def _own_and_pipeline(inst, own_seconds: float):  # type: ignore[no-untyped-def]
+    """The reduction's own schedule (verified) and the pipeline's ``trees`` result (verified,
+    no longer than it); returns the latter."""
+    report = verify(inst, trees_reduce.reduction_schedule(inst, Deadline.after(own_seconds)))
+    assert report.ok
+    res = solve(inst, "trees", SolveOptions(time_limit=30))
+    assert res.verified
+    assert res.makespan_slots <= report.makespan_slots
+    return res
+
+
 def test_star_through_one_switch_is_built_as_reduce_trees() -> None:
     """DGX-2 x2: every reduce tree's arcs pass its box's one NVSwitch many times (14 or so:
     the reduction used to decline it, MAX_PASSES); the arc packing builds it (its partial sums
@@ -96,12 +107,7 @@ def test_star_through_one_switch_is_built_as_reduce_trees() -> None:
     no longer than it."""
     inst = _rs(dgx2(2), 2, "1MB")
     assert trees_reduce.applies(inst)
-    own = trees_reduce.reduction_schedule(inst, Deadline.after(60))
-    report = verify(inst, own)
-    assert report.ok
-    res = solve(inst, "trees", SolveOptions(time_limit=30))
-    assert res.verified
-    assert res.makespan_slots <= report.makespan_slots
+    _own_and_pipeline(inst, 60)
 
 
 def test_small_fabric_keeps_the_best_of_both() -> None:
@@ -113,13 +119,7 @@ def test_small_fabric_keeps_the_best_of_both() -> None:
         "two-chassis", gpus=range(4), switches=[4],
         duplex_links=[(0, 1, 50.0, 0.7), (2, 3, 50.0, 0.7)] + [(g, 4, 25.0, 1.3) for g in range(4)],
     )
-    inst = _rs(topo, 4)
-    own = trees_reduce.reduction_schedule(inst, Deadline.after(30))
-    own_report = verify(inst, own)
-    assert own_report.ok
-    res = solve(inst, "trees", SolveOptions(time_limit=30))
-    assert res.verified
-    assert res.makespan_slots <= own_report.makespan_slots
+    res = _own_and_pipeline(_rs(topo, 4), 30)
     assert res.makespan_slots == res.lower_bound_slots
 
 

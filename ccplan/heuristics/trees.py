@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -156,6 +157,22 @@ def roots_and_terminals(instance: Instance) -> tuple[list[int], list[int]]:
         terminals |= set(nodes)
     return sorted(roots), sorted(terminals | roots)
 
+
+
+def _ticking(
+    order: list[tuple[int, int]], deadline: Deadline, note: Callable[[int], None]
+) -> Iterator[tuple[int, tuple[int, int]]]:
+    """``enumerate(order)`` for a placement loop: every 256 chunks the deadline is checked and,
+    every :data:`_PROGRESS_EVERY` seconds, ``note(chunks placed)`` writes a progress line."""
+    last_note = time.perf_counter()
+    for n_done, item in enumerate(order):
+        if n_done % 256 == 0:
+            deadline.check()
+            now = time.perf_counter()
+            if now - last_note >= _PROGRESS_EVERY:
+                note(n_done)
+                last_note = now
+        yield n_done, item
 
 @dataclass
 class TreePlan:
@@ -384,14 +401,10 @@ def schedule_trees(
     link_c: list[int] = []
     free_start = res.free_start
     reserve = res.reserve
-    last_note = time.perf_counter()
-    for n_done, (k, r) in enumerate(order):
-        if n_done % 256 == 0:
-            deadline.check()
-            now = time.perf_counter()
-            if now - last_note >= _PROGRESS_EVERY:
-                log.info("trees: placed %d of %d chunks, %d sends", n_done, len(order), len(slot_c))
-                last_note = now
+    def note(n_done: int) -> None:
+        log.info("trees: placed %d of %d chunks, %d sends", n_done, len(order), len(slot_c))
+
+    for _, (k, r) in _ticking(order, deadline, note):
         i = chunks_of[r][k]
         steps = compiled[r][picks[r][k]]
         hold = [0] * (len(steps) + 1)

@@ -54,10 +54,10 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.heuristics.trees import (
-    _PROGRESS_EVERY,
     TreePlan,
     _chunks_by_root,
     _stride,
+    _ticking,
     plan_trees,
     roots_and_terminals,
     slot_network,
@@ -537,14 +537,10 @@ def place_arcs(
     root_c: list[int] = []
     index_c: list[int] = []
     link_c: list[int] = []
-    last_note = time.perf_counter()
-    for n_done, (k, r) in enumerate(order):
-        if n_done % 256 == 0:
-            deadline.check()
-            now = time.perf_counter()
-            if now - last_note >= _PROGRESS_EVERY:
-                log.info("trees: placed the arcs of %d of %d chunks", n_done, len(order))
-                last_note = now
+    def note(n_done: int) -> None:
+        log.info("trees: placed the arcs of %d of %d chunks", n_done, len(order))
+
+    for _, (k, r) in _ticking(order, deadline, note):
         arcs = compiled[r][picks[r][k]]
         starts = _place_chunk(table, arcs, 0, lat, dst)
         assert starts is not None  # the full table always has room
