@@ -184,3 +184,29 @@ def test_huge_values_in_columns_build_sends_without_a_table() -> None:
     topo = bt.torus2d(3, 3)
     inst = make_instance(topo, make_collective("allgather", topo), "1GB")
     assert [v.kind for v in verify(inst, lazy).violations[:2]] == ["no-link", "no-link"]
+
+
+def test_last_arrival_and_renamed_keep_what_the_schedule_is() -> None:
+    """``last_arrival`` is the verifier's makespan for a valid data-movement schedule (every
+    wanted chunk's last receipt is a send landing); ``renamed`` keeps the sends, and a schedule
+    built from columns stays columns (no Send objects made)."""
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.instances.catalog import make_collective
+    from ccplan.instances.instance import make_instance
+    from ccplan.pipeline import solve
+    from ccplan.schedule.core import Schedule
+    from ccplan.schedule.verify import verify
+
+    topo = resolve_topology("dgx1")
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=2), "1MB")
+    sched = solve(inst, "ring").schedule
+    assert sched is not None
+    assert sched.last_arrival(inst) == verify(inst, sched).makespan_slots
+    cols = sched.columns()
+    kept = Schedule.from_columns(**{k: cols[k] for k in
+                                    ("slot", "chunk_source", "chunk_index", "src", "dst", "reduce")},
+                                 method="x")
+    again = kept.renamed("y")
+    assert again.method == "y" and "sends" not in again.__dict__
+    assert all(np.array_equal(again.columns()[k], cols[k]) for k in cols)
+    assert sched.renamed("z").sends == sched.sends

@@ -226,7 +226,7 @@ def heuristic_search(
         if not report.ok or report.makespan_slots is None:
             log.error("heuristic variant %s failed verification: %s", label, report.violations[:1])
             return
-        cand = Candidate(label, report.makespan_slots, _as_heuristic(schedule), seconds)
+        cand = Candidate(label, report.makespan_slots, schedule.renamed("heuristic"), seconds)
         cands.append(cand)
         if result is not None:
             mteg_runs.append(result)
@@ -393,18 +393,6 @@ def heuristic_search(
     if interrupted:
         facts["interrupted"] = True
     return best, cands, facts
-
-
-def _as_heuristic(schedule: Schedule) -> Schedule:
-    """``schedule`` named ``heuristic``; one kept as columns stays so (Send objects for the
-    1.2 million sends of AMD x3 AllGather at C = 512 took 13 s)."""
-    if "sends" in schedule.__dict__:
-        return Schedule(schedule.sends, method="heuristic")
-    cols = schedule.columns()
-    return Schedule.from_columns(
-        slot=cols["slot"], chunk_source=cols["chunk_source"], chunk_index=cols["chunk_index"],
-        src=cols["src"], dst=cols["dst"], reduce=cols["reduce"], method="heuristic",
-    )
 
 
 def _score(

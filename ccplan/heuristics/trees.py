@@ -251,18 +251,6 @@ def capped_plan(instance: Instance, plan: TreePlan, deadline: Deadline, extra: A
     return None if capped is plan.packing else replace(plan, packing=capped)
 
 
-def _makespan(instance: Instance, schedule: Schedule) -> int:
-    """Slot at which the last send of ``schedule`` lands."""
-    cols = schedule.columns()
-    if len(cols["slot"]) == 0:
-        return 0
-    link_of = {(lk.src, lk.dst): e for e, lk in enumerate(instance.topology.links)}
-    lat = np.asarray(instance.latency, dtype=np.int64)
-    ends = zip(cols["src"].tolist(), cols["dst"].tolist(), strict=True)
-    links = np.array([link_of[(a, b)] for a, b in ends], dtype=np.int64)
-    return int((np.asarray(cols["slot"], dtype=np.int64) + lat[links]).max())
-
-
 def _place_best(
     instance: Instance, plan: TreePlan, deadline: Deadline, details: dict[str, Any], extra: Any, how: str
 ) -> Schedule:
@@ -279,7 +267,7 @@ def _place_best(
         other = _place(instance, alt, deadline, alt_details, how)
     except OutOfTimeError:
         return schedule
-    kept, capped = _makespan(instance, schedule), _makespan(instance, other)
+    kept, capped = schedule.last_arrival(instance), other.last_arrival(instance)
     details["depth_cap"] = f"{'taken' if capped < kept else 'kept the rate'}: {kept} -> {capped} slots"
     if capped >= kept:
         return schedule

@@ -73,14 +73,6 @@ def applies(instance: Instance) -> bool:
     )
 
 
-def _link_of(topology: Any, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Link index of every ``(src, dst)`` pair (all are links of ``topology``)."""
-    width = max(topology.node_ids) + 1
-    keys = np.array([lk.src * width + lk.dst for lk in topology.links], dtype=np.int64)
-    order = np.argsort(keys)
-    return order[np.searchsorted(keys[order], src * width + dst)]
-
-
 def reducescatter_part(instance: Instance, deadline: Deadline, extra: Any = None) -> Schedule:
     """The ReduceScatter half of the AllReduce ``instance`` (step 1 of the module docstring),
     on ``instance``'s slots.
@@ -101,7 +93,7 @@ def reducescatter_part(instance: Instance, deadline: Deadline, extra: Any = None
     twin = replace(instance, topology=rev, collective=allgather(rev, chunks=chunks), outages=())
     gather = trees_schedule(twin, deadline, extra)
     cols = gather.columns()
-    link = _link_of(rev, cols["src"], cols["dst"])
+    link = rev.links_between(cols["src"], cols["dst"])
     return reflect(rs, cols["slot"], cols["chunk_source"], cols["chunk_index"], link, frozenset())
 
 
@@ -150,7 +142,7 @@ def combine(instance: Instance, rs: Schedule, ag: Schedule) -> Schedule:
     chunks = instance.collective.chunks
     r = rs.columns()
     lat = np.asarray(instance.latency, dtype=np.int64)
-    arrive = r["slot"] + lat[_link_of(instance.topology, r["src"], r["dst"])]
+    arrive = r["slot"] + lat[instance.topology.links_between(r["src"], r["dst"])]
     # per shard, its chunks by when their last partial sum arrives
     width = int(r["chunk_source"].max()) + 1 if len(arrive) else 1
     done = np.full(width * chunks, -1, dtype=np.int64)
@@ -166,7 +158,7 @@ def combine(instance: Instance, rs: Schedule, ag: Schedule) -> Schedule:
     )
     r, a = rs.columns(), ag.columns()
     # the concatenation (the AllGather after the ReduceScatter's last arrival) is always valid
-    shift = _last_arrival(instance, rs)
+    shift = rs.last_arrival(instance)
     shifted = Schedule.from_columns(
         slot=np.concatenate([r["slot"], a["slot"] + shift]),
         chunk_source=np.concatenate([r["chunk_source"], a["chunk_source"]]),
@@ -178,20 +170,12 @@ def combine(instance: Instance, rs: Schedule, ag: Schedule) -> Schedule:
     )
     start = time.perf_counter()
     moved = overlap_sends(instance, rs, ag)
-    whole, each = _last_arrival(instance, shifted), _last_arrival(instance, moved)
+    whole, each = shifted.last_arrival(instance), moved.last_arrival(instance)
     log.info(
         "trees-allreduce: AllGather after ReduceScatter (slot %d): %d slots; send by send: %d (%.2f s)",
         shift, whole, each, time.perf_counter() - start,
     )
     return moved if each < whole else shifted
-
-
-def _last_arrival(instance: Instance, schedule: Schedule) -> int:
-    cols = schedule.columns()
-    if not len(cols["slot"]):
-        return 0
-    lat = np.asarray(instance.latency, dtype=np.int64)
-    return int((cols["slot"] + lat[_link_of(instance.topology, cols["src"], cols["dst"])]).max())
 
 
 def overlap_sends(instance: Instance, rs: Schedule, ag: Schedule) -> Schedule:
@@ -210,8 +194,8 @@ def overlap_sends(instance: Instance, rs: Schedule, ag: Schedule) -> Schedule:
     occ = np.asarray(instance.occupancy, dtype=np.int64)
     cap = np.asarray(instance.link_capacity, dtype=np.int64)
     r, a = rs.columns(), ag.columns()
-    r_link = _link_of(topo, r["src"], r["dst"])
-    a_link = _link_of(topo, a["src"], a["dst"])
+    r_link = topo.links_between(r["src"], r["dst"])
+    a_link = topo.links_between(a["src"], a["dst"])
     r_arrive = r["slot"] + lat[r_link]
     d_rs = int(r_arrive.max()) if len(r_arrive) else 0
     a_span = int((a["slot"] + lat[a_link]).max()) + 1 if len(a_link) else 1

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ccplan.contract import Outcome, SolveOptions, sub_engine
 from ccplan.errors import ValidationError
 from ccplan.instances.combining import reducescatter
@@ -59,20 +57,6 @@ limit at small C leaves nothing for the C at which the trees reach the bound).""
 
 
 
-def makespan(instance: Instance, schedule: Schedule) -> int:
-    """The last arrival of a schedule its engine has verified (no second replay)."""
-    cols = schedule.columns()
-    if not len(cols["slot"]):
-        return 0
-    index = instance.topology.link_index
-    lat = instance.latency
-    width = max(instance.topology.node_ids) + 1
-    per_pair = np.zeros(width * width, dtype=np.int64)
-    for (a, b), j in index.items():
-        per_pair[a * width + b] = int(lat[j])
-    return int((cols["slot"] + per_pair[cols["src"] * width + cols["dst"]]).max())
-
-
 def native(
     name: str, instance: Instance, options: SolveOptions
 ) -> tuple[Schedule, int, float] | None:
@@ -88,12 +72,17 @@ def native(
     if outcome.schedule is None:
         log.info("%s gave no schedule: %s", name, outcome.details.get("reason", outcome.status))
         return None
+    return measured(instance, outcome.schedule)
+
+
+def measured(instance: Instance, schedule: Schedule) -> tuple[Schedule, int, float]:
+    """``schedule`` (built valid by its engine), its last arrival in slots and its distance
+    above the physical bound (``makespan / bound - 1``)."""
     from ccplan.physical import physical_bound
 
-    slots = makespan(instance, outcome.schedule)
+    slots = schedule.last_arrival(instance)
     bound = physical_bound(instance, switch_reduce=instance.reducing_switches).us
-    excess = slots * instance.tau_us / bound - 1 if bound > 0 else float("inf")
-    return outcome.schedule, slots, excess
+    return schedule, slots, slots * instance.tau_us / bound - 1 if bound > 0 else float("inf")
 
 
 def hierarchical(instance: Instance, options: SolveOptions) -> tuple[Schedule, int, float] | None:
@@ -172,12 +161,7 @@ def trees_candidate(
     except ValidationError as exc:
         log.info("trees-allreduce gave no schedule (%.1f s): %s", time.perf_counter() - start, exc)
         return None
-    from ccplan.physical import physical_bound
-
-    slots = makespan(instance, schedule)
-    bound = physical_bound(instance, switch_reduce=instance.reducing_switches).us
-    excess = slots * instance.tau_us / bound - 1 if bound > 0 else float("inf")
-    return schedule, slots, excess
+    return measured(instance, schedule)
 
 
 def checked(
@@ -203,19 +187,7 @@ def native_outcome(
     """The schedule of a native AllReduce candidate (``"trees"``, ``"hier"``) as the AllReduce
     of ``method`` (the reversal not run or not finished: ``why``)."""
     details.update(mode=name, reversal=why, seconds=time.perf_counter() - start)
-    return Outcome(schedule=renamed(schedule, f"{method}+{name}"), status="feasible", details=details)
-
-
-def renamed(schedule: Schedule, method: str) -> Schedule:
-    """``schedule`` under another method name, kept as columns when it was built from them
-    (listing the Send objects of a million sends takes seconds)."""
-    if "_columns" not in schedule.__dict__:
-        return Schedule(schedule.sends, method=method)
-    cols = schedule.columns()
-    return Schedule.from_columns(
-        slot=cols["slot"], chunk_source=cols["chunk_source"], chunk_index=cols["chunk_index"],
-        src=cols["src"], dst=cols["dst"], reduce=cols["reduce"], method=method,
-    )
+    return Outcome(schedule=schedule.renamed(f"{method}+{name}"), status="feasible", details=details)
 
 
 def left_options(options: SolveOptions, share: float, since: float | None = None) -> SolveOptions:

@@ -106,7 +106,6 @@ from ccplan.pipeline.allreduce_natives import (
     left_options,
     native_outcome,
     note_hier,
-    renamed,
     trees_candidate,
 )
 from ccplan.schedule.combining import ports_reflect
@@ -697,7 +696,7 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
             first = verify(instance, concat).violations[0]
             raise ValidationError(f"no valid AllReduce from {method!r}: {first}")
         details.update(rs_slots=d_rs, ag_status=ag_out.status, rs_status=rs_out.status, mode=best[1])
-        schedule = renamed(best[2], f"{method}+{best[1]}")
+        schedule = best[2].renamed(f"{method}+{best[1]}")
     else:
         raise ValidationError(f"no combining construction for collective {kind!r}")
     details["seconds"] = time.perf_counter() - start

@@ -357,6 +357,29 @@ class Schedule:
             return int(columns["slot"][-1]) if len(columns["slot"]) else -1
         return max((s.slot for s in self.sends), default=-1)
 
+    def last_arrival(self, instance: Instance) -> int:
+        """Slot at which the last send lands, ``slot + L`` of its link (0 without sends): the
+        makespan of a schedule its engine built valid, without a replay."""
+        cols = self.columns()
+        if not len(cols["slot"]):
+            return 0
+        links = instance.topology.links_between(cols["src"], cols["dst"])
+        if int(links.min()) < 0:
+            raise ValidationError(f"schedule {self.method!r}: a send on a pair of nodes without a link")
+        lat = np.asarray(instance.latency, dtype=np.int64)
+        return int((np.asarray(cols["slot"], dtype=np.int64) + lat[links]).max())
+
+    def renamed(self, method: str) -> Schedule:
+        """The same sends under another method name; a schedule built from columns stays so
+        (the Send objects of a million sends take seconds to make)."""
+        if "sends" in self.__dict__:
+            return Schedule(self.sends, method=method)
+        cols = self.columns()
+        return Schedule.from_columns(
+            slot=cols["slot"], chunk_source=cols["chunk_source"], chunk_index=cols["chunk_index"],
+            src=cols["src"], dst=cols["dst"], reduce=cols["reduce"], method=method,
+        )
+
     def to_dict(self, instance: Instance) -> dict[str, Any]:
         """Self-contained JSON form with the instance."""
         return {
