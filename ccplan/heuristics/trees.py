@@ -30,6 +30,20 @@ r"""Engine ``trees``: pipelined spanning-tree packing (ForestColl's method) in t
    compiled placement applies) and step 3 (the full table, 0.5-2 % shorter where both were
    measured, 7 % on AMD x2) below.
 
+6. **Windowed packings, priority placement** (where latency counts: some link's window, the
+   slots left after the latency from the nearest root to it and from it to the nearest
+   terminal, is 1 % or more shorter than ``C / x*``): a packing at ``x*`` saturates every link
+   of the binding cut, NIC links whose window is several alphas shorter than the xGMI links'
+   beside them included, so the schedule ends a NIC path late. Packings on the windowed
+   capacities (:func:`~ccplan.heuristics.trees_shallow.windowed_network`, the physical bound's
+   ``windowed`` part in slots, at three scales) leave those links the slack their window
+   lacks; they are placed by list scheduling with a per-link priority
+   (:func:`~ccplan.heuristics.trees_jit.place_by_priority`: at each block a link starts the
+   ready sends of least ``k / rate - beta x latency left``), so the long ways cross the shared
+   links first. The shortest of all placements is kept (AMD x2 AllGather 64 MB, C = 1,024:
+   19,929 -> 19,601 slots, 0.956 -> 0.972 of the physical bound; the ReduceScatter of
+   :mod:`~ccplan.heuristics.trees_reduce` takes the windowed packings with its own order).
+
 The makespan is about ``C / z + depth`` slots for rate ``z``: the throughput term is within the
 packing's ratio of the limit and the fill term (tree depth times ``L``) is paid once, so the
 ratio to the throughput limit approaches ``z / x*`` as ``C`` grows.
@@ -46,7 +60,7 @@ default 1e-3), ``trees_pack`` (``"auto"``, ``"lp"`` or ``"greedy"``), ``trees_sh
 chunk count, kept when its placement is shorter),
 ``trees_placement`` (``"auto"``, ``"periodic"`` or ``"full"``, see below), ``trees_symmetry``
 (default True: a 2-D torus AllGather is scheduled by translation of one root's schedule,
-:mod:`~ccplan.heuristics.trees_symmetry`).
+:mod:`~ccplan.heuristics.trees_symmetry`), ``trees_windowed`` (default True: step 6).
 """
 
 from __future__ import annotations
@@ -73,7 +87,13 @@ from ccplan.heuristics.trees_pack import (
     pack_trees,
 )
 from ccplan.heuristics.trees_period import copy_pattern, min_period, place_pattern
-from ccplan.heuristics.trees_shallow import depth, latency_capped_packing, shallow_packing
+from ccplan.heuristics.trees_shallow import (
+    depth,
+    latency_capped_packing,
+    shallow_packing,
+    window_cuts,
+    windowed_network,
+)
 from ccplan.heuristics.trees_symmetry import symmetric_schedule
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline, OutOfTimeError
@@ -93,6 +113,11 @@ _PERIOD_SHARE = 0.3  # share of what is left for the periodic schedule's sizes
 _PERIOD_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)  # chunks per root and period
 _FULL_TABLE_SENDS = 1_500_000  # sends above which the periodic schedule replaces the full table
 _FULL_TABLE_SENDS_COMPILED = 6_000_000  # the same for the compiled placement (trees_jit)
+_WINDOW_SCALES = (1.0, 1.5, 2.0)  # window cuts tried by step 6 (multiples of a + L + b)
+_WINDOW_BETAS = (1.0, 2.0, 3.0)  # priority weights of the latency left, per windowed packing
+_WINDOW_MIN_SHARE = 0.01  # step 6 runs when some link's window is this share shorter than C / x*
+_WINDOW_MIN_SLOTS = 256  # ... and C / x* is at least this many slots (below, slot rounding is the fill)
+_WINDOW_LEAST_SHARE = 0.5  # ... and none is cut below this share (latency dominates: step 4's regime)
 _COMPILED_BLOCKS = 50_000_000  # link blocks (12 bytes each) above which the Python placement runs
 
 
@@ -184,15 +209,18 @@ class TreePlan:
 
 
 def plan_trees(
-    instance: Instance, deadline: Deadline, extra: Any = None, relays: frozenset[int] = frozenset()
+    instance: Instance, deadline: Deadline, extra: Any = None, relays: frozenset[int] = frozenset(),
+    net: Network | None = None,
 ) -> TreePlan:
     """Rate and packing of ``instance`` (steps 1 and 2 of the module docstring); ``relays``
     (node positions) are switches whose paths the packing's loads do not merge
     (:func:`~ccplan.heuristics.trees_pack.link_loads`: the trees of a reduction whose switches
-    cannot add)."""
+    cannot add). ``net`` replaces the slot network's capacities (the windowed ones of step 6);
+    its packing is not kept for other chunk counts."""
     extra = extra or {}
     roots, terminals = roots_and_terminals(instance)
-    net = slot_network(instance)
+    keep = net is None
+    net = slot_network(instance) if net is None else net
     pos = instance.topology.node_index
     r_pos = [pos[r] for r in roots]
     t_pos = [pos[t] for t in terminals]
@@ -221,7 +249,8 @@ def plan_trees(
                 net, start_from, t_pos, [float(x) for x in instance.latency], share, relays=relays
             )
             seed = packing if packing is not start_from else seed
-        _PACKINGS[key] = (first, seed)
+        if keep:
+            _PACKINGS[key] = (first, seed)
         while len(_PACKINGS) > _PACKINGS_KEPT:
             _PACKINGS.pop(next(iter(_PACKINGS)))
     log.info(
@@ -258,7 +287,8 @@ def _place_best(
     capped plan too, keeping the shorter: the cap's estimate ``C / z + depth`` is rough (AMD x2
     AllGather at 1 MB, C = 256: a cap estimated 1 % shorter placed 0.7 % longer), the placement
     is the judge."""
-    schedule = _place(instance, plan, deadline, details, how)
+    schedule = _windowed_best(instance, plan, deadline, details, extra,
+                              _place(instance, plan, deadline, details, how))
     try:
         alt = capped_plan(instance, plan, deadline, extra)
         if alt is None:
@@ -274,6 +304,74 @@ def _place_best(
     details.update(alt_details)
     details.update(alt.packing.as_dict())
     return other
+
+
+def window_applies(instance: Instance, plan: TreePlan) -> Callable[[float], Network] | None:
+    """The windowed networks of step 6 by scale
+    (:func:`~ccplan.heuristics.trees_shallow.windowed_network` over the horizon ``C / x*``), or
+    None where they do not apply: a greedy packing (large instances), a horizon under
+    :data:`_WINDOW_MIN_SLOTS` slots (a few chunks: the slots' rounding is the fill), no link's window
+    :data:`_WINDOW_MIN_SHARE` or more shorter than the horizon (latency does not count), or
+    one cut below :data:`_WINDOW_LEAST_SHARE` at the largest scale (latency dominates: the
+    depth cap of step 4 is the tool there, and a window of nothing would cut the network)."""
+    if plan.packing.method.startswith("greedy") or plan.optimal <= 0:
+        return None
+    roots, terminals = roots_and_terminals(instance)
+    pos = instance.topology.node_index
+    per_root = max(len(v) for v in _chunks_by_root(instance).values())
+    horizon = per_root / float(plan.optimal)
+    if horizon < _WINDOW_MIN_SLOTS:
+        return None
+    net = slot_network(instance)
+    r_pos, t_pos = [pos[r] for r in roots], [pos[t] for t in terminals]
+    lat = [float(x) for x in instance.latency]
+    cuts = window_cuts(net, lat, r_pos, t_pos) / horizon
+    cuts = cuts[np.isfinite(cuts)]
+    most = (1 - _WINDOW_LEAST_SHARE) / max(_WINDOW_SCALES)
+    if not len(cuts) or not _WINDOW_MIN_SHARE <= cuts.max() <= most:
+        return None
+    return lambda scale: windowed_network(net, lat, r_pos, t_pos, horizon, scale)
+
+
+def _windowed_best(
+    instance: Instance, plan: TreePlan, deadline: Deadline, details: dict[str, Any], extra: Any,
+    schedule: Schedule,
+) -> Schedule:
+    """``schedule`` or a shorter one from step 6: packings on the windowed capacities
+    (:func:`~ccplan.heuristics.trees_shallow.windowed_network`, scales
+    :data:`_WINDOW_SCALES`) placed by per-link priority (betas :data:`_WINDOW_BETAS`). Only
+    where latency counts (some link's window is at least :data:`_WINDOW_MIN_SHARE` shorter
+    than the horizon ``C / x*``), the full table is compiled, and ``extra.trees_windowed`` is
+    not False. Each candidate's packing and placement are cheap next to the time limit (AMD
+    x2, C = 1,024: 2 s and 0.5 s); the deadline ends the scan with the best so far."""
+    if (
+        not (extra or {}).get("trees_windowed", True)
+        or instance.outages or instance.single_port or details.get("placement") != "full table"
+    ):
+        return schedule
+    cut_for = window_applies(instance, plan)
+    if cut_for is None:
+        return schedule
+    best, best_slots = schedule, schedule.last_arrival(instance)
+    start, what = best_slots, "kept"
+    try:
+        for scale in _WINDOW_SCALES:
+            began = time.perf_counter()
+            alt = plan_trees(instance, deadline, {**(extra or {}), "trees_capped": False}, net=cut_for(scale))
+            for beta in _WINDOW_BETAS:
+                found = schedule_trees(instance, alt, deadline, None, priority=beta)
+                slots = found.last_arrival(instance)
+                log.debug("trees: windowed scale %g, priority %g: %d slots", scale, beta, slots)
+                if slots < best_slots:
+                    best, best_slots, what = found, slots, f"scale {scale:g}, priority {beta:g}"
+            if deadline.remaining() < 2 * (time.perf_counter() - began):
+                break  # another packing and its placements would not fit: keep the time limit
+    except OutOfTimeError:
+        pass
+    details["windowed"] = f"{what}: {start} -> {best_slots} slots"
+    if best is not schedule:
+        log.info("trees: windowed packing, %s: %d -> %d slots", what, start, best_slots)
+    return best
 
 
 def _stride(weights: list[float], count: int) -> list[int]:
@@ -359,12 +457,15 @@ def _placement_order(
 
 
 def schedule_trees(
-    instance: Instance, plan: TreePlan, deadline: Deadline, counts: dict[int, list[int]] | None = None
+    instance: Instance, plan: TreePlan, deadline: Deadline, counts: dict[int, list[int]] | None = None,
+    priority: float | None = None,
 ) -> Schedule:
     """Place the chunks on the trees in a reservation table (step 3 of the module docstring).
 
     ``counts`` (per root position, chunks per tree in a period) replaces the weights of the
-    stride assignment when given.
+    stride assignment when given. ``priority`` (``beta``): list scheduling by per-link priority
+    instead (:func:`~ccplan.heuristics.trees_jit.place_by_priority`, key ``k / rate - beta x``
+    the latency left below the send); compiled placement only, else the order placement.
     """
     topo = instance.topology
     lat = [int(x) for x in instance.latency]
@@ -380,7 +481,7 @@ def schedule_trees(
     order = _placement_order(instance, plan, chunks_of, picks)
     if not instance.outages and not instance.single_port:
         deadline.check()
-        found = _compiled_placement(instance, plan, compiled, chunks_of, picks, order)
+        found = _compiled_placement(instance, plan, compiled, chunks_of, picks, order, priority)
         if found is not None:
             return found
     slot_c: list[int] = []
@@ -414,11 +515,12 @@ def schedule_trees(
 def _compiled_placement(
     instance: Instance, plan: TreePlan, compiled: dict[int, list[list[tuple[int, int]]]],
     chunks_of: dict[int, list[int]], picks: dict[int, list[int]], order: list[tuple[int, int]],
+    priority: float | None = None,
 ) -> Schedule | None:
     """:func:`schedule_trees`'s placement by :func:`~ccplan.heuristics.trees_jit.place_chunks`
     (same sends; no outages, no single-port), or None when the horizon guessed from the
     packing's rate is too short twice over."""
-    from ccplan.heuristics.trees_jit import place_chunks
+    from ccplan.heuristics.trees_jit import place_by_priority, place_chunks, steps_left
 
     topo_pos = instance.topology.node_index
     tree_id: dict[tuple[int, int], int] = {}
@@ -446,11 +548,20 @@ def _compiled_placement(
     deepest = max(depth(t, src, dst, lat) for ts in plan.packing.trees.values() for t in ts)
     horizon = 2 * horizon + 4 * int(deepest) + 64
     out = np.zeros(total, dtype=np.int64)
+    link_arr = np.array(links, dtype=np.int64)
+    tail_arr = np.array(tails, dtype=np.int64)
+    if priority is not None:
+        left = priority * steps_left(step_ptr, link_arr, tail_arr, lat)
+        rates = {r: sum(t.weight for t in plan.packing.trees[topo_pos[r]]) or 1.0 for r in chunks_of}
+        release = np.array([k / rates[r] for k, r in order], dtype=np.float64)
     for _ in range(2):
         if int((horizon // occ + 2).sum()) > _COMPILED_BLOCKS:
             return None
-        placed = place_chunks(tree_of, step_ptr, np.array(links, dtype=np.int64),
-                              np.array(tails, dtype=np.int64), occ, lat, omega, horizon, out)
+        if priority is not None:
+            placed = place_by_priority(tree_of, release, step_ptr, link_arr, tail_arr, left, occ, lat,
+                                       omega, horizon, out)
+        else:
+            placed = place_chunks(tree_of, step_ptr, link_arr, tail_arr, occ, lat, omega, horizon, out)
         if placed == total:
             break
         horizon *= 4

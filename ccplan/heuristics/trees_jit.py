@@ -157,3 +157,175 @@ def pruned_trees(
                 pos += 1
         out_ptr[i + 1] = pos
         out_depth[i] = deepest
+
+
+@_njit
+def _sift_up(key: np.ndarray, ids: np.ndarray, lo: int, i: int) -> None:
+    while i > 0:
+        parent = (i - 1) // 2
+        a, b = lo + i, lo + parent
+        if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
+            key[a], key[b] = key[b], key[a]
+            ids[a], ids[b] = ids[b], ids[a]
+            i = parent
+        else:
+            break
+
+
+@_njit
+def _sift_down(key: np.ndarray, ids: np.ndarray, lo: int, n: int) -> None:
+    i = 0
+    while True:
+        left = 2 * i + 1
+        if left >= n:
+            break
+        best = left
+        right = left + 1
+        if right < n:
+            a, b = lo + right, lo + left
+            if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
+                best = right
+        a, b = lo + best, lo + i
+        if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
+            key[a], key[b] = key[b], key[a]
+            ids[a], ids[b] = ids[b], ids[a]
+            i = best
+        else:
+            break
+
+
+@_njit
+def place_by_priority(
+    tree_of: np.ndarray,
+    release: np.ndarray,
+    step_ptr: np.ndarray,
+    step_link: np.ndarray,
+    step_tail: np.ndarray,
+    step_left: np.ndarray,
+    occ: np.ndarray,
+    lat: np.ndarray,
+    omega: np.ndarray,
+    horizon: int,
+    out_slot: np.ndarray,
+) -> int:
+    """List scheduling of the same sends as :func:`place_chunks` with a priority per link.
+
+    Slot by slot, every link whose block starts (``t % occ == 0``) takes up to ``omega`` of the
+    sends ready at its tail (the chunk held there) with the least key ``release[c] -
+    step_left[j]``: the chunk's nominal release (its index over its root's rate) less the
+    latency still ahead of the send (its own ``L`` plus the deepest path below its head in
+    the tree). Among chunks released together, the one with the longest way left crosses a
+    shared link first, so the last sends of the schedule are the short ones (a chunk's last
+    hop to a neighbour) rather than the first hop of a long chain, which is what a pipelined
+    tree schedule pays as its fill. Writes each send's slot to ``out_slot`` (chunk after
+    chunk, tree order) and returns the number of sends, or -1 when one would start at
+    ``horizon`` or later."""
+    links = occ.shape[0]
+    chunks = tree_of.shape[0]
+    first_send = np.zeros(chunks + 1, dtype=np.int64)
+    for c in range(chunks):
+        tr = tree_of[c]
+        first_send[c + 1] = first_send[c] + step_ptr[tr + 1] - step_ptr[tr]
+    total = first_send[chunks]
+    # children of each tree step: the steps whose tail is the step's head (position j + 1)
+    n_steps = step_ptr[step_ptr.shape[0] - 1]
+    child_ptr = np.zeros(n_steps + 1, dtype=np.int64)
+    child = np.empty(n_steps, dtype=np.int64)
+    for t in range(step_ptr.shape[0] - 1):
+        for j in range(step_ptr[t], step_ptr[t + 1]):
+            tail = step_tail[j]
+            if tail > 0:
+                child_ptr[step_ptr[t] + tail] += 1
+    for j in range(n_steps):
+        child_ptr[j + 1] += child_ptr[j]
+    fill = child_ptr[:-1].copy()
+    for t in range(step_ptr.shape[0] - 1):
+        for j in range(step_ptr[t], step_ptr[t + 1]):
+            tail = step_tail[j]
+            if tail > 0:
+                parent = step_ptr[t] + tail - 1
+                child[fill[parent]] = j
+                fill[parent] += 1
+    # per-link heaps, sized by the sends each link carries
+    per_link = np.zeros(links + 1, dtype=np.int64)
+    for c in range(chunks):
+        tr = tree_of[c]
+        for j in range(step_ptr[tr], step_ptr[tr + 1]):
+            per_link[step_link[j] + 1] += 1
+    for e in range(links):
+        per_link[e + 1] += per_link[e]
+    size = np.zeros(links, dtype=np.int64)
+    hkey = np.empty(total, dtype=np.float64)
+    hid = np.empty(total, dtype=np.int64)
+    # sends that become ready at a later slot: a list per slot (calendar)
+    head = np.full(horizon + 1, -1, dtype=np.int64)
+    nxt = np.full(total, -1, dtype=np.int64)
+    send_chunk = np.empty(total, dtype=np.int64)
+    for c in range(chunks):
+        tr = tree_of[c]
+        for j in range(step_ptr[tr], step_ptr[tr + 1]):
+            s = first_send[c] + j - step_ptr[tr]
+            send_chunk[s] = c
+            if step_tail[j] == 0:
+                nxt[s] = head[0]
+                head[0] = s
+    placed = 0
+    for t in range(horizon):
+        s = head[t]
+        while s >= 0:
+            c = send_chunk[s]
+            j = step_ptr[tree_of[c]] + s - first_send[c]
+            e = step_link[j]
+            lo = per_link[e]
+            hkey[lo + size[e]] = release[c] - step_left[j]
+            hid[lo + size[e]] = s
+            size[e] += 1
+            _sift_up(hkey, hid, lo, size[e] - 1)
+            s = nxt[s]
+        for e in range(links):
+            if size[e] == 0 or t % occ[e] != 0:
+                continue
+            lo = per_link[e]
+            for _ in range(omega[e]):
+                if size[e] == 0:
+                    break
+                s = hid[lo]
+                size[e] -= 1
+                if size[e] > 0:
+                    hkey[lo] = hkey[lo + size[e]]
+                    hid[lo] = hid[lo + size[e]]
+                    _sift_down(hkey, hid, lo, size[e])
+                out_slot[s] = t
+                placed += 1
+                c = send_chunk[s]
+                base = step_ptr[tree_of[c]]
+                j = base + s - first_send[c]
+                ready = max(t + lat[e], t + 1)  # a zero-latency hop waits a slot: still valid
+                if ready >= horizon:
+                    return -1
+                for k in range(child_ptr[j], child_ptr[j + 1]):
+                    s2 = first_send[c] + child[k] - base
+                    nxt[s2] = head[ready]
+                    head[ready] = s2
+        if placed == total:
+            return placed
+    return -1 if placed < total else placed
+
+
+@_njit
+def steps_left(
+    step_ptr: np.ndarray, step_link: np.ndarray, step_tail: np.ndarray, lat: np.ndarray
+) -> np.ndarray:
+    """Per tree step: its link's ``L`` plus the deepest latency path below its head (the
+    ``step_left`` of :func:`place_by_priority`)."""
+    n_steps = step_ptr[step_ptr.shape[0] - 1]
+    left = np.zeros(n_steps, dtype=np.float64)
+    below = np.zeros(n_steps, dtype=np.float64)
+    for t in range(step_ptr.shape[0] - 1):
+        base = step_ptr[t]
+        for j in range(step_ptr[t + 1] - 1, base - 1, -1):
+            left[j] = lat[step_link[j]] + below[j]
+            tail = step_tail[j]
+            if tail > 0 and left[j] > below[base + tail - 1]:
+                below[base + tail - 1] = left[j]
+    return left

@@ -54,6 +54,7 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.heuristics.trees import (
+    _WINDOW_SCALES,
     TreePlan,
     _chunks_by_root,
     _stride,
@@ -61,6 +62,7 @@ from ccplan.heuristics.trees import (
     plan_trees,
     roots_and_terminals,
     slot_network,
+    window_applies,
 )
 from ccplan.heuristics.trees_pack import (
     Tree,
@@ -72,7 +74,7 @@ from ccplan.heuristics.trees_pack import (
 )
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
-from ccplan.limits import Deadline
+from ccplan.limits import Deadline, OutOfTimeError
 from ccplan.schedule.combining import ports_reflect
 from ccplan.schedule.core import Schedule
 from ccplan.schedule.relays import relaying_switches
@@ -317,6 +319,8 @@ def pack_arc_trees(
 
 
 MAX_PASSES = 4.0
+_WINDOW_TIME_MARGIN = 3.0  # a windowed placement starts only with this many times the first one's time left
+_REDUCE_BETAS = (1.0, 2.0)  # order weights of the depth tried on each windowed packing (Python placement)
 """Where at most this many GPUs send into any relaying switch (and where some switches may
 reduce), the trees are :func:`~ccplan.heuristics.trees.plan_trees`' packing (paths merged in
 the pricing, then its shallow phase) and they are kept while their mean arcs through the
@@ -358,11 +362,12 @@ def serial_passes(instance: Instance, plan: TreePlan, relays: frozenset[int]) ->
 
 def _order(
     instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]],
-    chunks_of: dict[int, list[int]], picks: dict[int, list[int]],
+    chunks_of: dict[int, list[int]], picks: dict[int, list[int]], beta: float = 1.0,
 ) -> list[tuple[int, int]]:
-    """``(k, root)`` pairs by ``k / rate - depth``: the slot at which the root's ``k``-th chunk
-    leaves at its trees' rate, less the latency depth of the tree it rides (the order of
-    :func:`ccplan.heuristics.trees._placement_order`, on arc trees)."""
+    """``(k, root)`` pairs by ``k / rate - beta depth``: the slot at which the root's ``k``-th
+    chunk leaves at its trees' rate, less the latency depth of the tree it rides (the order of
+    :func:`ccplan.heuristics.trees._placement_order`, on arc trees); ``beta > 1`` sends deep
+    trees further ahead."""
     lat = instance.latency
     keyed: list[tuple[float, int, int]] = []
     for r, idx in chunks_of.items():
@@ -373,7 +378,7 @@ def _order(
             for j, (tail, path) in enumerate(arcs, start=1):
                 at[j] = at[tail] + float(sum(lat[e] for e in path))
             deep.append(max(at))
-        keyed.extend((k / rate - deep[picks[r][k]], k, r) for k in range(len(idx)))
+        keyed.extend((k / rate - beta * deep[picks[r][k]], k, r) for k in range(len(idx)))
     keyed.sort()
     return [(k, r) for _, k, r in keyed]
 
@@ -521,18 +526,20 @@ def _place_chunk(
 
 
 def place_arcs(
-    instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]], deadline: Deadline
+    instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]], deadline: Deadline,
+    beta: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Columns ``(slot, root, index, link)`` of every chunk's arcs placed on ``instance`` (the
     reversed twin) in the full reservation table, step 2 of the module docstring; root
-    ``r``'s chunks ride its trees ``compiled[r]`` in proportion to ``weights[r]``."""
+    ``r``'s chunks ride its trees ``compiled[r]`` in proportion to ``weights[r]``, placed in
+    the order of :func:`_order` with its ``beta``."""
     lat = [int(x) for x in instance.latency]
     dst = [lk.dst for lk in instance.topology.links]
     fast = not (instance.single_port or instance.outages)
     table: _Table | _Blocks = _Blocks(instance) if fast else _Table(instance)
     chunks_of = _chunks_by_root(instance)
     picks = {r: _stride(weights[r], len(idx)) for r, idx in chunks_of.items()}
-    order = _order(instance, compiled, weights, chunks_of, picks)
+    order = _order(instance, compiled, weights, chunks_of, picks, beta)
     slot_c: list[int] = []
     root_c: list[int] = []
     index_c: list[int] = []
@@ -595,10 +602,12 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     relays = relaying_switches(instance)
     pos = twin.topology.node_index
     compiled: ArcTrees | None = None
+    plain: TreePlan | None = None  # the trees engine's packing, when it is the one placed
     if instance.reducing_switches or _gpus_behind(instance, relays) <= MAX_PASSES:
         plan = plan_trees(twin, deadline, extra, frozenset(pos[v] for v in relays))
         passes = serial_passes(twin, plan, relays)
         if passes <= MAX_PASSES:
+            plain = plan
             compiled = _arcs(twin, plan, relays)
             weights = {r: [t.weight for t in plan.packing.trees[pos[r]]] for r in compiled}
         elif instance.reducing_switches:
@@ -609,5 +618,54 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     if compiled is None:
         share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
         compiled, weights, _, _ = pack_arc_trees(twin, share, float((extra or {}).get("trees_gap", 1e-3)))
+    started = time.perf_counter()
     slot, root, index, link = place_arcs(twin, compiled, weights, deadline)
+    if plain is not None:
+        slot, root, index, link = _windowed(twin, plain, relays, deadline, extra, (slot, root, index, link),
+                                            time.perf_counter() - started)
     return reflect(instance, slot, root, index, link, relays)
+
+
+def _windowed(
+    twin: Instance, plan: TreePlan, relays: frozenset[int], deadline: Deadline, extra: Any,
+    placed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], seconds: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``placed`` or a shorter placement of the twin from packings on windowed capacities
+    (the ``trees`` engine's step 6, :func:`~ccplan.heuristics.trees_shallow.windowed_network`)
+    placed in the order of :func:`_order` with ``beta`` 1 and 2; only where latency counts
+    (:func:`~ccplan.heuristics.trees.window_applies`), ``extra.trees_windowed`` is not False,
+    and the arc trees keep within :data:`MAX_PASSES`. The scan ends with the best so far when
+    less than :data:`_WINDOW_TIME_MARGIN` times the first placement's ``seconds`` is left (the
+    placement is Python: AMD x2 at C = 2,048 takes seconds), so the time limit still holds."""
+    if not (extra or {}).get("trees_windowed", True):
+        return placed
+    cut_for = window_applies(twin, plan)
+    if cut_for is None:
+        return placed
+    pos = twin.topology.node_index
+    lat = twin.latency
+
+    def last(cols: tuple[np.ndarray, ...]) -> int:
+        return int((cols[0] + lat[cols[3]]).max()) if len(cols[0]) else 0
+
+    best, best_slots = placed, last(placed)
+    start, what = best_slots, "kept"
+    try:
+        for scale in _WINDOW_SCALES:
+            alt = plan_trees(twin, deadline, {**(extra or {}), "trees_capped": False},
+                             frozenset(pos[v] for v in relays), net=cut_for(scale))
+            if serial_passes(twin, alt, relays) > MAX_PASSES:
+                continue
+            compiled = _arcs(twin, alt, relays)
+            weights = {r: [t.weight for t in alt.packing.trees[pos[r]]] for r in compiled}
+            for beta in _REDUCE_BETAS:
+                if deadline.remaining() < _WINDOW_TIME_MARGIN * seconds:
+                    raise OutOfTimeError("no time for another windowed placement")
+                found = place_arcs(twin, compiled, weights, deadline, beta)
+                slots = last(found)
+                if slots < best_slots:
+                    best, best_slots, what = found, slots, f"scale {scale:g}, order beta {beta:g}"
+    except OutOfTimeError:
+        pass
+    log.info("trees reduction: windowed packings: %s, %d -> %d slots", what, start, best_slots)
+    return best

@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import scipy.sparse as sp
@@ -479,3 +480,44 @@ def latency_capped_packing(
         trees, rate, packing.optimal, f"{packing.method}+capped", packing.iterations,
         packing.seconds + time.perf_counter() - start,
     )
+
+
+_WINDOW_GRAIN = 1024  # window shares are rounded to multiples of 1 / this (a power of two: small max-flows)
+
+
+def windowed_network(
+    net: Network, latency: Sequence[float], roots: Sequence[int], terminals: Sequence[int],
+    horizon: float, scale: float = 1.0,
+) -> Network:
+    r"""``net`` with each link's capacity cut to the share of ``horizon`` slots it can be used.
+
+    A byte crosses link ``e = (u, v)`` no earlier than ``a(u)`` (the latency distance from the
+    nearest root to ``u``) and must still reach a terminal after it, ``L_e + b(v)`` (``b``:
+    distance to the nearest terminal); so in a schedule of ``horizon`` slots the link carries
+    at most ``c_e (horizon - a(u) - L_e - b(v)) / horizon`` on average -- the ``windowed`` part
+    of the physical bound (:mod:`ccplan.physical`) in slot units. A packing at the optimal rate
+    saturates every link of the binding cut, including NIC links whose window is several alphas
+    shorter than the xGMI links' beside them, and the schedule then ends a full NIC path late;
+    packed on the windowed capacities (``scale`` multiplies the cut), the short-window links
+    are left the slack their window lacks and the long-window ones carry the difference (AMD x2
+    AllGather 64 MB, C = 1,024: 19,929 -> 19,561 slots with the priority placement of
+    :func:`~ccplan.heuristics.trees_jit.place_by_priority`).
+    """
+    caps = []
+    for cap, cut in zip(net.cap, window_cuts(net, latency, roots, terminals), strict=True):
+        share = max(0.0, 1.0 - scale * cut / horizon) if np.isfinite(cut) and horizon > 0 else 0.0
+        caps.append(cap * Fraction(round(share * _WINDOW_GRAIN), _WINDOW_GRAIN))
+    return replace(net, cap=tuple(caps))
+
+
+def window_cuts(
+    net: Network, latency: Sequence[float], roots: Sequence[int], terminals: Sequence[int]
+) -> np.ndarray:
+    """Per link ``e = (u, v)``: ``a(u) + L_e + b(v)`` in slots (:func:`windowed_network`), inf
+    where no root reaches ``u`` or ``v`` reaches no terminal."""
+    n = net.n
+    lat = np.asarray(latency, dtype=float)
+    graph = sp.csr_array((lat + 1e-12, (list(net.src), list(net.dst))), shape=(n, n))
+    a = dijkstra(graph, directed=True, indices=list(roots), min_only=True)
+    b = dijkstra(graph.T.tocsr(), directed=True, indices=list(terminals), min_only=True)
+    return np.asarray(a[list(net.src)] + lat + b[list(net.dst)], dtype=float)
