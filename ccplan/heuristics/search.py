@@ -258,7 +258,9 @@ def heuristic_search(
         from ccplan.heuristics.trees import trees_schedule
 
         if trees_apply:
-            consider("trees", lambda: trees_schedule(instance, stage_deadline()))
+            # a --chunks auto probe skips the trees engine's costlier steps (its step 6)
+            extra = {"auto_probe": True} if probe else None
+            consider("trees", lambda: trees_schedule(instance, stage_deadline(), extra))
 
     def baseline(name: str, left: float, *, count_timeout: bool) -> None:
         # the registered baseline: ``instance`` is already the problem this engine was given

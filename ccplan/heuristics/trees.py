@@ -341,11 +341,14 @@ def _windowed_best(
     (:func:`~ccplan.heuristics.trees_shallow.windowed_network`, scales
     :data:`_WINDOW_SCALES`) placed by per-link priority (betas :data:`_WINDOW_BETAS`). Only
     where latency counts (some link's window is at least :data:`_WINDOW_MIN_SHARE` shorter
-    than the horizon ``C / x*``), the full table is compiled, and ``extra.trees_windowed`` is
-    not False. Each candidate's packing and placement are cheap next to the time limit (AMD
-    x2, C = 1,024: 2 s and 0.5 s); the deadline ends the scan with the best so far."""
+    than the horizon ``C / x*``), the full table is compiled, ``extra.trees_windowed`` is
+    not False, and the run is not a ``--chunks auto`` probe (``extra.auto_probe``: a probe is
+    meant to be cheap, and a windowed small ``C`` made the doubling stop early: AMD x1 64 MB
+    chose C = 64 at 192.2 us over C = 512's 191.1). Each candidate's packing and placement are
+    cheap next to the time limit (AMD x2, C = 1,024: 2 s and 0.5 s); the deadline ends the
+    scan with the best so far."""
     if (
-        not (extra or {}).get("trees_windowed", True)
+        not (extra or {}).get("trees_windowed", True) or (extra or {}).get("auto_probe")
         or instance.outages or instance.single_port or details.get("placement") != "full table"
     ):
         return schedule

@@ -637,8 +637,8 @@ def _windowed(
     and the arc trees keep within :data:`MAX_PASSES`. The scan ends with the best so far when
     less than :data:`_WINDOW_TIME_MARGIN` times the first placement's ``seconds`` is left (the
     placement is Python: AMD x2 at C = 2,048 takes seconds), so the time limit still holds."""
-    if not (extra or {}).get("trees_windowed", True):
-        return placed
+    if not (extra or {}).get("trees_windowed", True) or (extra or {}).get("auto_probe"):
+        return placed  # turned off, or a --chunks auto probe (the trees engine's rule)
     cut_for = window_applies(twin, plan)
     if cut_for is None:
         return placed
