@@ -123,6 +123,10 @@ def test_engine_keeps_the_shorter_windowed_schedule():
         assert report.ok, report.violations[:3]
     assert "windowed" in on.details and "windowed" not in off.details
     assert on.schedule.last_arrival(inst) <= off.schedule.last_arrival(inst)
+    # a --chunks auto probe skips step 6 (a probe is the cheap look at one C)
+    probe = trees_engine(inst, SolveOptions(time_limit=60, extra={"auto_probe": True}))
+    assert probe.schedule is not None and verify(inst, probe.schedule).ok
+    assert "windowed" not in probe.details
 
 
 def test_reduction_keeps_the_shorter_windowed_placement():
