@@ -287,8 +287,10 @@ def _place_best(
     capped plan too, keeping the shorter: the cap's estimate ``C / z + depth`` is rough (AMD x2
     AllGather at 1 MB, C = 256: a cap estimated 1 % shorter placed 0.7 % longer), the placement
     is the judge."""
-    schedule = _windowed_best(instance, plan, deadline, details, extra,
-                              _place(instance, plan, deadline, details, how))
+    began = time.perf_counter()
+    schedule = _place(instance, plan, deadline, details, how)
+    schedule = _windowed_best(instance, plan, deadline, details, extra, schedule,
+                              plan.packing.seconds + len(_WINDOW_BETAS) * (time.perf_counter() - began))
     try:
         alt = capped_plan(instance, plan, deadline, extra)
         if alt is None:
@@ -335,7 +337,7 @@ def window_applies(instance: Instance, plan: TreePlan) -> Callable[[float], Netw
 
 def _windowed_best(
     instance: Instance, plan: TreePlan, deadline: Deadline, details: dict[str, Any], extra: Any,
-    schedule: Schedule,
+    schedule: Schedule, cost: float,
 ) -> Schedule:
     """``schedule`` or a shorter one from step 6: packings on the windowed capacities
     (:func:`~ccplan.heuristics.trees_shallow.windowed_network`, scales
@@ -345,8 +347,10 @@ def _windowed_best(
     not False, and the run is not a ``--chunks auto`` probe (``extra.auto_probe``: a probe is
     meant to be cheap, and a windowed small ``C`` made the doubling stop early: AMD x1 64 MB
     chose C = 64 at 192.2 us over C = 512's 191.1). Each candidate's packing and placement are
-    cheap next to the time limit (AMD x2, C = 1,024: 2 s and 0.5 s); the deadline ends the
-    scan with the best so far."""
+    cheap next to the time limit (AMD x2, C = 1,024: 2 s and 0.5 s); a candidate starts only
+    with twice its ``cost`` (seconds: the first estimated from the plan's packing and the
+    placement, the others measured) left, so the engine ends well before its deadline and the
+    verification after it stays within the time limit."""
     if (
         not (extra or {}).get("trees_windowed", True) or (extra or {}).get("auto_probe")
         or instance.outages or instance.single_port or details.get("placement") != "full table"
@@ -359,6 +363,8 @@ def _windowed_best(
     start, what = best_slots, "kept"
     try:
         for scale in _WINDOW_SCALES:
+            if deadline.remaining() < 2 * cost:
+                break  # another packing and its placements might not fit: keep the time limit
             began = time.perf_counter()
             alt = plan_trees(instance, deadline, {**(extra or {}), "trees_capped": False}, net=cut_for(scale))
             for beta in _WINDOW_BETAS:
@@ -367,8 +373,7 @@ def _windowed_best(
                 log.debug("trees: windowed scale %g, priority %g: %d slots", scale, beta, slots)
                 if slots < best_slots:
                     best, best_slots, what = found, slots, f"scale {scale:g}, priority {beta:g}"
-            if deadline.remaining() < 2 * (time.perf_counter() - began):
-                break  # another packing and its placements would not fit: keep the time limit
+            cost = time.perf_counter() - began
     except OutOfTimeError:
         pass
     details["windowed"] = f"{what}: {start} -> {best_slots} slots"
