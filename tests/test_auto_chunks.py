@@ -94,7 +94,12 @@ def test_auto_chunks_stops_at_the_memory_budget_with_the_best_so_far():
 
 def test_auto_chunks_pipelines_where_it_pays():
     """Fully connected 3 GPUs, alpha 1 us, heuristic AllReduce: the result is never slower than
-    the C = 1 schedule, and it is one of the candidates' own results."""
+    the C = 1 schedule, and it is one of the candidates' own results. "Slower" in the time the
+    candidates are ranked by (:func:`ccplan.pipeline.chunks._candidate_us`): at C = 1 the slots
+    (about 10 us) drop the 1 us alphas, so its slot time alone is a time the machine cannot
+    reach, and its alpha-beta replay counts them."""
+    from ccplan.pipeline.chunks import _candidate_us
+
     topo = fully_connected(3, alpha_us=1.0)
 
     def build(c: int):
@@ -102,8 +107,9 @@ def test_auto_chunks_pipelines_where_it_pays():
 
     inst, result = solve_auto_chunks(build, "mteg", SolveOptions(time_limit=20))
     one = solve(build(1), "mteg", SolveOptions(time_limit=5))
-    assert result.verified and result.makespan_us <= one.makespan_us
-    assert result.details["auto_chunks"][str(inst.collective.chunks)] == result.makespan_us
+    ranked = _candidate_us(inst, result)
+    assert result.verified and ranked is not None and ranked <= _candidate_us(build(1), one)
+    assert result.details["auto_chunks"][str(inst.collective.chunks)] == ranked
 
 
 def test_auto_chunks_fails_with_one_line_when_nothing_verifies():
@@ -226,3 +232,28 @@ def test_no_schedule_in_time_at_any_c_is_the_engine_answer_not_bad_input(monkeyp
                  "--size", "1MB", "--chunks", "auto", "--method", "ring", "--quiet", "--time-limit", "20"])
     assert code == 3
     assert "found no schedule" in capsys.readouterr().err
+
+
+def test_candidates_with_dropped_alphas_are_ranked_by_their_replay():
+    """A 6 x 6 torus AllGather of 64 MB at C = 4: tau = 8.9 us, so the 0.7 us alphas are under
+    ``alpha_threshold`` (0.1 tau) and the slot model drops them; ``layered``'s schedule is then
+    shorter in slots than the physical bound (a bound on every alpha-beta schedule), i.e. a
+    time the machine cannot reach. ``--chunks auto`` ranks such a candidate by its alpha-beta
+    replay, which the physical bound holds for: at or above it."""
+    from ccplan.instances import make_collective
+    from ccplan.instances.builtin import resolve_topology
+    from ccplan.pipeline.chunks import _candidate_us, drops_alphas
+    from ccplan.schedule.simulate import simulate
+
+    topo = resolve_topology("torus2d", rows=6, cols=6)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=4), "64MB")
+    assert drops_alphas(inst)
+    res = solve(inst, "layered", SolveOptions(time_limit=30, workers=1))
+    assert res.verified and res.makespan_us is not None and res.physical_bound_us is not None
+    assert res.makespan_us < res.physical_bound_us  # the slot time alone: below the physics
+    ranked = _candidate_us(inst, res)
+    assert ranked is not None and ranked >= res.physical_bound_us
+    assert ranked == max(res.makespan_us, simulate(inst, res.schedule).completion_us)
+    # where no alpha is dropped, the slot time is kept (it bounds the replay from above)
+    big = make_instance(topo, make_collective("allgather", topo, chunks=64), "64MB")
+    assert not drops_alphas(big)
