@@ -100,14 +100,16 @@ def test_windowed_network_by_hand():
     - link 0->2: a(0) = 0, L = 10, b(2) = 20 (2 -> 1): window 100 - 30 = 70 -> share 0.7
     - link 2->1: a(2) = 10, L = 20, b(1) = 0: 70 -> 0.7
     - link 1->0: a(1) = 0, L = 5, b(0) = 0: 95 -> 0.95
-    Shares are rounded to the nearest 1/1024: 0.7 -> 717/1024 (716.8), 0.95 -> 973/1024
-    (972.8). With ``scale = 2`` the cuts double: 0.4 -> 410/1024 (409.6), 0.9 -> 922/1024 (921.6).
+    Shares are rounded to the nearest 1/256 (``grain=256``): 0.7 -> 179/256 (179.2),
+    0.95 -> 243/256 (243.2). With ``scale = 2`` the cuts double: 0.4 -> 102/256 (102.4),
+    0.9 -> 230/256 (230.4). The default grain 1/1024: 0.7 -> 717/1024 (716.8).
     """
     net = Network(n=3, src=(0, 2, 1), dst=(2, 1, 0), cap=(Fraction(1), Fraction(1), Fraction(2)))
-    out = windowed_network(net, [10, 20, 5], [0, 1], [0, 1], 100.0)
-    assert out.cap == (Fraction(717, 1024), Fraction(717, 1024), 2 * Fraction(973, 1024))
-    out2 = windowed_network(net, [10, 20, 5], [0, 1], [0, 1], 100.0, scale=2.0)
-    assert out2.cap == (Fraction(410, 1024), Fraction(410, 1024), 2 * Fraction(922, 1024))
+    out = windowed_network(net, [10, 20, 5], [0, 1], [0, 1], 100.0, grain=256)
+    assert out.cap == (Fraction(179, 256), Fraction(179, 256), 2 * Fraction(243, 256))
+    out2 = windowed_network(net, [10, 20, 5], [0, 1], [0, 1], 100.0, scale=2.0, grain=256)
+    assert out2.cap == (Fraction(102, 256), Fraction(102, 256), 2 * Fraction(230, 256))
+    assert windowed_network(net, [10, 20, 5], [0, 1], [0, 1], 100.0).cap[0] == Fraction(717, 1024)
 
 
 def test_engine_keeps_the_shorter_windowed_schedule():
@@ -193,3 +195,33 @@ def test_priority_placement_takes_the_least_key(name, params, chunks, size):
 
     assert violations(schedule_trees(inst, plan, NEVER, priority=beta)) == 0
     assert violations(schedule_trees(inst, plan, NEVER)) > 0
+
+
+def test_windowed_plan_falls_back_to_the_coarse_grain(monkeypatch):
+    """Where the exact max-flows' integers overflow at shares of 1/1024 (AMD x3 AllGather 64 MB,
+    C = 512, scale 2: "capacities too fine", which ended the trees variant of the portfolio),
+    the packing is made at 1/256 instead; when both overflow the scale is skipped (None)."""
+    import ccplan.heuristics.trees as trees_mod
+
+    inst = _instance("amd", {"chassis": 2}, 16, "64MB")
+    plan = plan_trees(inst, NEVER)
+    cut_for = trees_mod.window_applies(inst, plan)
+    assert cut_for is not None
+    real = trees_mod.plan_trees
+    base = trees_mod.slot_network(inst).cap
+    grains: list[int] = []
+
+    def fussy(instance, deadline, extra=None, relays=frozenset(), net=None):  # type: ignore[no-untyped-def]
+        grain = max((c / b).denominator for c, b in zip(net.cap, base, strict=True))
+        grains.append(grain)
+        if grain > limit:
+            raise ValueError("capacities too fine for exact max-flows (test)")
+        return real(instance, deadline, extra, relays, net=net)
+
+    monkeypatch.setattr(trees_mod, "plan_trees", fussy)
+    limit = 512
+    alt = trees_mod._windowed_plan(inst, NEVER, {}, frozenset(), cut_for, 1.0)
+    assert alt is not None and grains[0] > 512 >= grains[-1] and len(grains) == 2
+    assert verify(inst, schedule_trees(inst, alt, NEVER, priority=1.0)).ok
+    limit = 1
+    assert trees_mod._windowed_plan(inst, NEVER, {}, frozenset(), cut_for, 1.0) is None

@@ -88,6 +88,8 @@ from ccplan.heuristics.trees_pack import (
 )
 from ccplan.heuristics.trees_period import copy_pattern, min_period, place_pattern
 from ccplan.heuristics.trees_shallow import (
+    WINDOW_GRAIN,
+    WINDOW_GRAIN_COARSE,
     depth,
     latency_capped_packing,
     shallow_packing,
@@ -308,7 +310,7 @@ def _place_best(
     return other
 
 
-def window_applies(instance: Instance, plan: TreePlan) -> Callable[[float], Network] | None:
+def window_applies(instance: Instance, plan: TreePlan) -> Callable[..., Network] | None:
     """The windowed networks of step 6 by scale
     (:func:`~ccplan.heuristics.trees_shallow.windowed_network` over the horizon ``C / x*``), or
     None where they do not apply: a greedy packing (large instances), a horizon under
@@ -332,7 +334,26 @@ def window_applies(instance: Instance, plan: TreePlan) -> Callable[[float], Netw
     most = (1 - _WINDOW_LEAST_SHARE) / max(_WINDOW_SCALES)
     if not len(cuts) or not _WINDOW_MIN_SHARE <= cuts.max() <= most:
         return None
-    return lambda scale: windowed_network(net, lat, r_pos, t_pos, horizon, scale)
+    def cut_for(scale: float, grain: int = WINDOW_GRAIN) -> Network:
+        return windowed_network(net, lat, r_pos, t_pos, horizon, scale, grain)
+
+    return cut_for
+
+
+def _windowed_plan(
+    instance: Instance, deadline: Deadline, extra: Any, relays: frozenset[int],
+    cut_for: Callable[..., Network], scale: float,
+) -> TreePlan | None:
+    """The packing of step 6 at ``scale`` (shares in 1/:data:`WINDOW_GRAIN`, else in
+    1/:data:`WINDOW_GRAIN_COARSE` where the exact max-flows' integers overflow), or None when
+    neither fits them."""
+    for grain in (WINDOW_GRAIN, WINDOW_GRAIN_COARSE):
+        try:
+            return plan_trees(instance, deadline, {**(extra or {}), "trees_capped": False}, relays,
+                              net=cut_for(scale, grain))
+        except ValueError as exc:  # "capacities too fine for exact max-flows"
+            log.info("trees: windowed scale %g in 1/%d: %s", scale, grain, exc)
+    return None
 
 
 def _windowed_best(
@@ -366,7 +387,9 @@ def _windowed_best(
             if deadline.remaining() < 2 * cost:
                 break  # another packing and its placements might not fit: keep the time limit
             began = time.perf_counter()
-            alt = plan_trees(instance, deadline, {**(extra or {}), "trees_capped": False}, net=cut_for(scale))
+            alt = _windowed_plan(instance, deadline, extra, frozenset(), cut_for, scale)
+            if alt is None:
+                continue
             for beta in _WINDOW_BETAS:
                 found = schedule_trees(instance, alt, deadline, None, priority=beta)
                 slots = found.last_arrival(instance)

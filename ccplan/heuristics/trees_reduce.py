@@ -59,6 +59,7 @@ from ccplan.heuristics.trees import (
     _chunks_by_root,
     _stride,
     _ticking,
+    _windowed_plan,
     plan_trees,
     roots_and_terminals,
     slot_network,
@@ -652,8 +653,9 @@ def _windowed(
     start, what = best_slots, "kept"
     try:
         for scale in _WINDOW_SCALES:
-            alt = plan_trees(twin, deadline, {**(extra or {}), "trees_capped": False},
-                             frozenset(pos[v] for v in relays), net=cut_for(scale))
+            alt = _windowed_plan(twin, deadline, extra, frozenset(pos[v] for v in relays), cut_for, scale)
+            if alt is None:
+                continue
             if serial_passes(twin, alt, relays) > MAX_PASSES:
                 continue
             compiled = _arcs(twin, alt, relays)

@@ -482,12 +482,15 @@ def latency_capped_packing(
     )
 
 
-_WINDOW_GRAIN = 1024  # window shares are rounded to multiples of 1 / this (a power of two: small max-flows)
+WINDOW_GRAIN = 1024
+"""Window shares are rounded to multiples of ``1 / grain`` (a power of two keeps the exact
+max-flows' integers small; where they still overflow, :data:`WINDOW_GRAIN_COARSE`)."""
+WINDOW_GRAIN_COARSE = 256
 
 
 def windowed_network(
     net: Network, latency: Sequence[float], roots: Sequence[int], terminals: Sequence[int],
-    horizon: float, scale: float = 1.0,
+    horizon: float, scale: float = 1.0, grain: int = WINDOW_GRAIN,
 ) -> Network:
     r"""``net`` with each link's capacity cut to the share of ``horizon`` slots it can be used.
 
@@ -500,13 +503,14 @@ def windowed_network(
     shorter than the xGMI links' beside them, and the schedule then ends a full NIC path late;
     packed on the windowed capacities (``scale`` multiplies the cut), the short-window links
     are left the slack their window lacks and the long-window ones carry the difference (AMD x2
-    AllGather 64 MB, C = 1,024: 19,929 -> 19,561 slots with the priority placement of
-    :func:`~ccplan.heuristics.trees_jit.place_by_priority`).
+    AllGather 64 MB, C = 1,024: 19,929 -> 19,565 slots with the priority placement of
+    :func:`~ccplan.heuristics.trees_jit.place_by_priority`). Shares are rounded to multiples of
+    ``1 / grain``.
     """
     caps = []
     for cap, cut in zip(net.cap, window_cuts(net, latency, roots, terminals), strict=True):
         share = max(0.0, 1.0 - scale * cut / horizon) if np.isfinite(cut) and horizon > 0 else 0.0
-        caps.append(cap * Fraction(round(share * _WINDOW_GRAIN), _WINDOW_GRAIN))
+        caps.append(cap * Fraction(round(share * grain), grain))
     return replace(net, cap=tuple(caps))
 
 
