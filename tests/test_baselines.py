@@ -25,6 +25,7 @@ from ccplan.instances.catalog import make_collective
 from ccplan.instances.collectives import allgather, alltoall, broadcast
 from ccplan.instances.combining import COMBINING, allreduce, make_combining, reduce
 from ccplan.instances.instance import make_instance
+from ccplan.instances.topology import make_topology
 from ccplan.pipeline.solve import solve
 from ccplan.schedule.simulate import simulate
 
@@ -233,5 +234,23 @@ def test_recursive_doubling_copy_does_not_pass_a_switch_holding_a_partial_sum() 
     topo = resolve_topology(Path(__file__).parent / "data" / "mesh5_switch4_nic.json")
     inst = make_instance(topo, allreduce(topo, 3), "1MB")
     res = solve(inst, "recursive-doubling", SolveOptions(extra={"flow_bound": False}))
+    assert res.verified, res.report.violations[:1] if res.report else None
+    assert res.makespan_slots is not None and res.makespan_slots >= lower_bound_slots(inst)
+
+
+@pytest.mark.parametrize("kind", ["reducescatter", "allreduce"])
+def test_recursive_halving_doubling_through_its_sink_does_not_deliver_the_sum_twice(kind: str) -> None:
+    """GPUs 0, 1, 2 on switch 6 and a ring 2-3-4-5-2 (100 GB/s, no alpha), C = 1: GPU 2 is
+    the ring's only way out. 6 GPUs fold into 4 core ranks (4 -> 0, 5 -> 1), so the fold of
+    ranks 4 and 5 and the halving step 1 -> 3 must all pass GPU 2, the sink of chunk
+    (2, 0) (of the chunk ending at rank 2 for AllReduce): the complete sum reaches GPU 2 on
+    its way to 3 (1 -> 6 -> 2 -> 3), and the last halving step 3 -> 2 used to bring it back,
+    a duplicate receive the combining verifier rejects. A node keeps what it received, so
+    that send carries nothing and the verifier accepts the schedule."""
+    duplex = [(2, 3), (3, 4), (4, 5), (2, 5), (0, 6), (1, 6), (2, 6)]
+    links = [(a, b, 100.0, 0.0) for a, b in duplex]
+    topo = make_topology("ring4-bridge", range(6), duplex_links=links, switches=[6])
+    inst = make_instance(topo, make_combining(kind, topo, 1), "1MB")
+    res = solve(inst, "recursive-halving-doubling", SolveOptions(extra={"flow_bound": False}))
     assert res.verified, res.report.violations[:1] if res.report else None
     assert res.makespan_slots is not None and res.makespan_slots >= lower_bound_slots(inst)

@@ -152,6 +152,28 @@ def test_thin_link_two_switches_up_by_hand(monkeypatch: pytest.MonkeyPatch) -> N
     assert any("gossip" in n and "budget" in n for n in capped.notes)
 
 
+def test_many_creators_into_one_switch_do_not_wrap_the_flow() -> None:
+    """GPUs 0, 1, 2 on NIC switch 4, GPU 3 alone on NIC switch 5, the NICs under spine 6 (all
+    25 GB/s duplex), and GPU 2 - GPU 3 at 7.5 GB/s; 1 GB, alpha 0. Each GPU alone: GPUs 0 and 1
+    receive 25 GB/s, GPU 2 25 + 7.5, GPU 3 7.5 from GPU 2 plus 25 through 5 (the other GPUs
+    feed 4 at 75 GB/s, 4 -> 6 -> 5 -> 3 carries 25): ``2 x 3 x M / 115 = 52,174 us`` (at 25 GB/s
+    all is one group). Switch 5 is fed by no GPU outside {3}, so the exact max-flow decides
+    GPU 3's share; the three 25 GB/s links into switch 4 become one arc of 3 x 25/32.5 x 1e9
+    units, which wrapped in 32 bits: GPU 3 got 7.5 GB/s and the bound 66,667 us, above the
+    true value (and above verified schedules on such fabrics)."""
+    duplex = [(g, 4, 25.0, 0.0) for g in range(3)] + [(3, 5, 25.0, 0.0), (4, 6, 25.0, 0.0), (5, 6, 25.0, 0.0)]
+    duplex.append((2, 3, 7.5, 0.0))
+    topo = make_topology("nic-spine-lone", range(4), duplex_links=duplex, switches=[4, 5, 6])
+    inst = _allreduce(topo)
+    net = _net_of(inst)
+    lone = np.zeros(net.n, dtype=bool)
+    lone[3] = True
+    assert math.isclose(_brute_inflow(net, lone, net.gpu), 32.5 * KBUS, rel_tol=1e-12)
+    got = group_inflow(net, lone, net.gpu, 32.5 * KBUS)
+    assert 32.5 * KBUS * (1 - 1e-12) <= got <= 32.5 * KBUS * (1 + 1e-6)
+    assert math.isclose(physical_bound(inst).parts["gossip"], 6 * GB / (115 * KBUS), rel_tol=1e-6)
+
+
 # --------------------------------------------------------------------------- exact flows
 def _random_net(rng: random.Random):  # type: ignore[no-untyped-def]
     n_gpu = rng.randint(2, 4)

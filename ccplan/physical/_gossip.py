@@ -43,7 +43,10 @@ def group_inflow(net: Net, group: np.ndarray, creators: np.ndarray, ceiling: flo
     ``ceiling`` is ``_SCALE_UNITS`` units and rounded to the nearest unit. The integer minimum
     cut's real capacity is at most its integer value plus half a unit per link, so
     ``(flow + links / 2) / scale`` is never below the real max-flow (a bound built on it stays
-    valid) and above it by at most ``links / (2 _SCALE_UNITS)`` times ``ceiling``.
+    valid) and above it by at most ``links / (2 _SCALE_UNITS)`` times ``ceiling``. Links that
+    become one arc (several creators into one switch) are added in 64 bits and the arc capped
+    at ``ceiling`` again, for the same reason: summed in 32 bits, three such links could wrap
+    to a negative capacity and the flow, and the bound's denominator, would come out too small.
     """
     if ceiling <= 0:
         return 0.0
@@ -56,9 +59,12 @@ def group_inflow(net: Net, group: np.ndarray, creators: np.ndarray, ceiling: flo
     a, b = node[net.src], node[net.dst]
     keep = (a != 1) & (b != 0) & (a != b)  # links out of the sink or into the source carry nothing
     scale = _SCALE_UNITS / ceiling
-    units = np.floor(np.minimum(net.bw[keep], ceiling) * scale + 0.5).astype(np.int32)
+    units = np.floor(np.minimum(net.bw[keep], ceiling) * scale + 0.5).astype(np.int64)
     size = 2 + len(relays)
-    graph = sp.csr_array((units, (a[keep], b[keep])), shape=(size, size))
+    arcs = sp.coo_array((units, (a[keep], b[keep])), shape=(size, size)).tocsr()
+    arcs.sum_duplicates()
+    arcs.data = np.minimum(arcs.data, _SCALE_UNITS)
+    graph = sp.csr_array((arcs.data.astype(np.int32), arcs.indices, arcs.indptr), shape=(size, size))
     flow = int(maximum_flow(graph, 0, 1).flow_value)
     return min(ceiling, (flow + 0.5 * int(keep.sum())) / scale)
 

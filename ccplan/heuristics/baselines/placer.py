@@ -371,8 +371,10 @@ class Placer:
         already moved on, so it is dropped (with it, the rest of that transfer). A relay may
         therefore merge its own partial sum into a passing one; every flow of a chunk leads to
         its sink, so each contribution still arrives there exactly once. "full" hops copy the
-        finished reduction. The result is the same replay :mod:`ccplan.schedule.combining`
-        performs, which checks it.
+        finished reduction. A hop that brings the finished sum to a node that had it already
+        (a partial sum routed through its sink) is dropped: nodes keep what they received.
+        The result is the same replay :mod:`ccplan.schedule.combining` performs, which checks
+        it.
         """
         coll = self.instance.collective
         if not coll.combining:
@@ -403,6 +405,12 @@ class Placer:
                         state[key] = payload
                         live[key] = False
                         out.append(Send(slot=t, chunk=c, src=a, dst=b, reduce=False))
+                elif payload == full[c] and state.get(key, 0) == full[c]:
+                    # The finished sum coming back to a node that had it (a partial sum routed
+                    # through its sink when every route passes there): in the verifier a node
+                    # keeps what it received, so the send would be a duplicate receive. The
+                    # node takes the sum up again for the hops that carry it on.
+                    live[key] = True
                 elif live.get(key, False) and state.get(key, 0):
                     state[key] |= payload
                     out.append(Send(slot=t, chunk=c, src=a, dst=b, reduce=True))
@@ -431,6 +439,5 @@ class Placer:
                 live[key] = False
         for s in sorted(pending):
             land(pending.pop(s))
-        del full
         return out
 
