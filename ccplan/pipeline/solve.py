@@ -352,6 +352,10 @@ def _verified_result(
     )
 
 
+FLOW_LEAST_SECONDS = 0.5
+"""Under a time limit, the flow-over-time bound runs only with at least this much of it left."""
+
+
 def _flow_bound(
     instance: Instance, bound: int, makespan: int, seconds: float, report: Report | None, outcome: Outcome,
     options: SolveOptions | None,
@@ -365,12 +369,20 @@ def _flow_bound(
     if isinstance(ran, Mapping) and ran.get("flow") is not None:
         return None
     mode = "auto" if options is None else options.extra.get("flow_bound", "auto")
-    from ccplan.bounds.flow_lp import gated_flow_bound
+    from ccplan.bounds.flow_lp import flow_budget, gated_flow_bound
 
+    budget = None
+    if options is not None and options.time_limit is not None:
+        # within what the engine left of the time limit: its own budget (the engine's time, up
+        # to 30 s) once took a 20 s Broadcast to 40 s of wall time
+        budget = min(flow_budget(seconds), options.time_limit - seconds)
+        if budget < FLOW_LEAST_SECONDS:
+            log.info("flow-over-time bound skipped: %.1f s of the time limit left", max(budget, 0.0))
+            return None
     try:
         return gated_flow_bound(
             instance, bound, makespan, engine_seconds=seconds,
-            arrivals=None if report is None else report.arrivals, mode=mode,
+            arrivals=None if report is None else report.arrivals, mode=mode, time_limit=budget,
         )
     except (RuntimeError, ValueError, MemoryError) as exc:
         log.warning("flow-over-time bound skipped: %s", exc)
