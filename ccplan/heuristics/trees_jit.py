@@ -160,38 +160,38 @@ def pruned_trees(
 
 
 @_njit
+def _less(key: np.ndarray, ids: np.ndarray, a: int, b: int) -> bool:
+    """Heap order of entries ``a`` and ``b``: by key, ties by send id (deterministic)."""
+    return key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b])
+
+
+@_njit
+def _swap(key: np.ndarray, ids: np.ndarray, a: int, b: int) -> None:
+    key[a], key[b] = key[b], key[a]
+    ids[a], ids[b] = ids[b], ids[a]
+
+
+@_njit
 def _sift_up(key: np.ndarray, ids: np.ndarray, lo: int, i: int) -> None:
     while i > 0:
         parent = (i - 1) // 2
-        a, b = lo + i, lo + parent
-        if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
-            key[a], key[b] = key[b], key[a]
-            ids[a], ids[b] = ids[b], ids[a]
-            i = parent
-        else:
+        if not _less(key, ids, lo + i, lo + parent):
             break
+        _swap(key, ids, lo + i, lo + parent)
+        i = parent
 
 
 @_njit
 def _sift_down(key: np.ndarray, ids: np.ndarray, lo: int, n: int) -> None:
     i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= n:
+    while 2 * i + 1 < n:
+        best = 2 * i + 1
+        if best + 1 < n and _less(key, ids, lo + best + 1, lo + best):
+            best += 1
+        if not _less(key, ids, lo + best, lo + i):
             break
-        best = left
-        right = left + 1
-        if right < n:
-            a, b = lo + right, lo + left
-            if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
-                best = right
-        a, b = lo + best, lo + i
-        if key[a] < key[b] or (key[a] == key[b] and ids[a] < ids[b]):
-            key[a], key[b] = key[b], key[a]
-            ids[a], ids[b] = ids[b], ids[a]
-            i = best
-        else:
-            break
+        _swap(key, ids, lo + best, lo + i)
+        i = best
 
 
 @_njit
