@@ -58,12 +58,18 @@ def test_exact_optimum_agrees_with_highs(name: str) -> None:
     assert res.makespan_slots == optimum(name)
 
 
+# Seconds per method where 5 s is not enough for a first call: ``trees`` compiles its numba
+# kernels on a fresh clone (the shallow phase's alone took 3.6 s of a 4.4 s solve of DGX1 at
+# C = 1, and CI under two workers went past 5 s); the contract tested is a verified schedule.
+LIMITS = {"trees": 30.0}
+
+
 @pytest.mark.parametrize("method", [m for m in method_names() if m != "milp"])
 @pytest.mark.parametrize("name", sorted(INSTANCES))
 def test_method_conforms(method: str, name: str) -> None:
     inst = instance(name)
     try:
-        res = solve(inst, method, SolveOptions(time_limit=5, seed=0))
+        res = solve(inst, method, SolveOptions(time_limit=LIMITS.get(method, 5.0), seed=0))
     except CCPlanError as exc:
         # A baseline may be defined only for some collectives; it must say so clearly.
         assert inst.collective.kind in str(exc) or "support" in str(exc), str(exc)
