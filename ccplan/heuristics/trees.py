@@ -41,7 +41,7 @@ r"""Engine ``trees``: pipelined spanning-tree packing (ForestColl's method) in t
    (:func:`~ccplan.heuristics.trees_jit.place_by_priority`: at each block a link starts the
    ready sends of least ``k / rate - beta x latency left``), so the long ways cross the shared
    links first. The shortest of all placements is kept (AMD x2 AllGather 64 MB, C = 1,024:
-   19,929 -> 19,601 slots, 0.956 -> 0.972 of the physical bound; the ReduceScatter of
+   19,929 -> 19,565 slots, 0.956 -> 0.973 of the physical bound; the ReduceScatter of
    :mod:`~ccplan.heuristics.trees_reduce` takes the windowed packings with its own order).
 
 The makespan is about ``C / z + depth`` slots for rate ``z``: the throughput term is within the
