@@ -242,12 +242,12 @@ def test_candidates_with_dropped_alphas_are_ranked_by_their_replay():
     replay, which the physical bound holds for: at or above it."""
     from ccplan.instances import make_collective
     from ccplan.instances.builtin import resolve_topology
-    from ccplan.pipeline.chunks import _candidate_us, drops_alphas
+    from ccplan.pipeline.chunks import _candidate_us
     from ccplan.schedule.simulate import simulate
 
     topo = resolve_topology("torus2d", rows=6, cols=6)
     inst = make_instance(topo, make_collective("allgather", topo, chunks=4), "64MB")
-    assert drops_alphas(inst)
+    assert inst.drops_alphas
     res = solve(inst, "layered", SolveOptions(time_limit=30, workers=1))
     assert res.verified and res.makespan_us is not None and res.physical_bound_us is not None
     assert res.makespan_us < res.physical_bound_us  # the slot time alone: below the physics
@@ -256,4 +256,4 @@ def test_candidates_with_dropped_alphas_are_ranked_by_their_replay():
     assert ranked == max(res.makespan_us, simulate(inst, res.schedule).completion_us)
     # where no alpha is dropped, the slot time is kept (it bounds the replay from above)
     big = make_instance(topo, make_collective("allgather", topo, chunks=64), "64MB")
-    assert not drops_alphas(big)
+    assert not big.drops_alphas

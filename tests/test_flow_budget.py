@@ -31,3 +31,19 @@ def test_flow_bound_gets_only_what_the_time_limit_leaves(monkeypatch):
     assert res.verified and seen == []
     res = solve(inst, "mteg", SolveOptions(workers=1))  # no limit: the bound's own budget
     assert res.verified and seen == [None]
+
+
+def test_claim_says_when_the_slot_time_drops_alphas():
+    """A 4-ring of 0.7 us alphas, AllGather 1 MB: at C = 1 a slot is 250 KB / 50 GB/s = 5 us,
+    so alpha / tau = 0.14 > 0.1 keeps the alphas (one slot each); at 64 MB and C = 1 a slot is
+    320 us and they are dropped. The claim says the slot time drops alphas exactly then (when it
+    is above the physical bound; below it, it says the slot model is optimistic)."""
+    topo = ring(4, alpha_us=0.7)
+    kept = make_instance(topo, make_collective("allgather", topo, chunks=1), "1MB")
+    dropped = make_instance(topo, make_collective("allgather", topo, chunks=1), "64MB")
+    assert not kept.drops_alphas and dropped.drops_alphas
+    for inst in (kept, dropped):
+        res = solve(inst, "ring", SolveOptions(time_limit=10, workers=1))
+        assert res.verified and res.physical_gap is not None
+        said = res.claim(inst)
+        assert ("drops alphas" in said or "optimistic" in said) == inst.drops_alphas, said

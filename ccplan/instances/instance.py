@@ -324,6 +324,13 @@ class Instance:
         return np.where(cut, self.delay, lat)
 
     @cached_property
+    def drops_alphas(self) -> bool:
+        """Whether the slots leave out an alpha the machine has: a link with ``alpha > 0`` and
+        no propagation slots (``alpha / tau <= alpha_threshold``). The slot time then does not
+        bound the schedule's alpha-beta time from above."""
+        return bool(((np.asarray(self.topology.alpha) > 0) & (self.delay == 0)).any())
+
+    @cached_property
     def cut_through_links(self) -> np.ndarray:
         """Boolean per link: a cut-through hop (switch into a non-switch node).
 

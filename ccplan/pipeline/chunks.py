@@ -220,25 +220,19 @@ def solve_auto_chunks(
     return instance, replace(result, details=details)
 
 
-def drops_alphas(instance: Instance) -> bool:
-    """Whether the slot model of ``instance`` leaves out an alpha the machine has (a link with
-    ``alpha > 0`` but no propagation slots: ``alpha / tau <= alpha_threshold``)."""
-    alpha = instance.topology.alpha
-    return any(a > 0 and d == 0 for a, d in zip(alpha, instance.delay, strict=True))
-
-
 def _candidate_us(instance: Instance, result: Result) -> float | None:
     """The time ``--chunks auto`` ranks a verified candidate by: its slot time, or, where the
-    slot model drops alphas (:func:`drops_alphas`) and the schedule has at most
-    :data:`AUTO_REPLAY_SENDS` sends, the larger of it and the schedule's continuous alpha-beta
-    time (:func:`ccplan.schedule.simulate.simulate`), which counts them (so every candidate is
-    ranked by a time its alpha-beta replay does not exceed). Otherwise a small ``C``
+    slot model drops alphas (:attr:`~ccplan.instances.instance.Instance.drops_alphas`) and the
+    schedule has at most :data:`AUTO_REPLAY_SENDS` sends, the larger of it and the schedule's
+    continuous alpha-beta time (:func:`ccplan.schedule.simulate.simulate`), which counts them
+    (so every candidate is ranked by a time its alpha-beta replay does not exceed). Otherwise a
+    small ``C``
     whose slots are longer than ten alphas is ranked by a time the machine cannot reach: a
     torus 6 x 6 AllGather 64 MB chose C = 4 at 311.1 us in slots, under the physical bound's
     311.8 us, and 319.5 us replayed."""
     us = result.makespan_us
     schedule = getattr(result, "schedule", None)
-    if us is None or schedule is None or len(schedule) > AUTO_REPLAY_SENDS or not drops_alphas(instance):
+    if us is None or schedule is None or len(schedule) > AUTO_REPLAY_SENDS or not instance.drops_alphas:
         return us
     from ccplan.schedule.simulate import simulate
 

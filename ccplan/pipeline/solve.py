@@ -108,6 +108,11 @@ class Result:
             "(any chunking, continuous alpha-beta time)"
         )
         if pgap >= 0:
+            if inst.drops_alphas:
+                # above the bound in slots, but the slots leave alphas out: the schedule's
+                # alpha-beta time may be longer than its slot time
+                return (f"{text}; {pgap:.1%} above {bound} in slot time, which drops alphas below "
+                        "alpha_threshold (`ccplan simulate` gives the alpha-beta time)")
             return f"{text}; {pgap:.1%} above {bound}"
         why = (
             "alphas below alpha_threshold are dropped from the slots"
