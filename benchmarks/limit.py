@@ -199,7 +199,8 @@ def _user_path(name: str, kind: str, chunks: int, time_limit: float, size: float
     if details.get("auto_stop"):
         mode += f"; auto: {details['auto_stop']}"
     print(json.dumps({"makespan_us": data["makespan_us"], "verified": data["verified"], "peak_MB": peak,
-                      "chunks": data["chunks"], "mode": mode, "replay_us": replay, "replay_seconds": replay_seconds}))
+                      "chunks": data["chunks"], "mode": mode, "replay_us": replay,
+                      "replay_seconds": replay_seconds}))
     return 0
 
 

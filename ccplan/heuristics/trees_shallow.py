@@ -490,7 +490,7 @@ WINDOW_GRAIN_COARSE = 256
 
 def windowed_network(
     net: Network, latency: Sequence[float], roots: Sequence[int], terminals: Sequence[int],
-    horizon: float, scale: float = 1.0, grain: int = WINDOW_GRAIN,
+    horizon: float, scale: float = 1.0, grain: int = WINDOW_GRAIN, cuts: np.ndarray | None = None,
 ) -> Network:
     r"""``net`` with each link's capacity cut to the share of ``horizon`` slots it can be used.
 
@@ -505,10 +505,12 @@ def windowed_network(
     are left the slack their window lacks and the long-window ones carry the difference (AMD x2
     AllGather 64 MB, C = 1,024: 19,929 -> 19,565 slots with the priority placement of
     :func:`~ccplan.heuristics.trees_jit.place_by_priority`). Shares are rounded to multiples of
-    ``1 / grain``.
+    ``1 / grain``; ``cuts`` are :func:`window_cuts` of the same arguments when already known.
     """
+    if cuts is None:
+        cuts = window_cuts(net, latency, roots, terminals)
     caps = []
-    for cap, cut in zip(net.cap, window_cuts(net, latency, roots, terminals), strict=True):
+    for cap, cut in zip(net.cap, cuts, strict=True):
         share = max(0.0, 1.0 - scale * cut / horizon) if np.isfinite(cut) and horizon > 0 else 0.0
         caps.append(cap * Fraction(round(share * grain), grain))
     return replace(net, cap=tuple(caps))
