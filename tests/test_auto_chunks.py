@@ -257,3 +257,32 @@ def test_candidates_with_dropped_alphas_are_ranked_by_their_replay():
     # where no alpha is dropped, the slot time is kept (it bounds the replay from above)
     big = make_instance(topo, make_collective("allgather", topo, chunks=64), "64MB")
     assert not big.drops_alphas
+
+
+def test_a_slot_bound_that_drops_alphas_does_not_end_the_doubling(monkeypatch):
+    """A ring of 4 with 0.1 us alphas at 1 MB: tau = 5 / C us, so C = 1, 2, 4 drop the alphas
+    (tau > 10 alpha) and C = 8 on counts them. A stand-in engine whose slot bound is the
+    physical bound (100 us) at every C and whose times are 110 (C = 1), 109.5, 109.2 (each
+    doubling gains under 1 %), 104 (C = 8), 103.9, 103.8, 103.7: the slot bound within 1 %
+    and two doublings that gained under 1 % stopped the search at C = 4 before, but a slot
+    model that drops alphas bounds only its slot time. The doubling goes on to C = 8, which
+    gains 4.8 %, and stops at C = 32, the second doubling in a row after it that gained under
+    1 %, keeping C = 32's 103.8 us."""
+    import ccplan.pipeline.chunks as chunks
+
+    times = {1: 110.0, 2: 109.5, 4: 109.2, 8: 104.0, 16: 103.9, 32: 103.8, 64: 103.7}
+
+    def build(c: int):
+        topo = ring(4, alpha_us=0.1)
+        return make_instance(topo, allreduce(topo, chunks=c), "1MB")
+
+    def fake_solve(instance, method, options):
+        c = instance.collective.chunks
+        assert instance.drops_alphas == (c <= 4)
+        return _Fake(times[c], lower_bound_slots=round(100.0 / instance.tau_us))
+
+    monkeypatch.setattr(chunks, "solve", fake_solve)
+    inst, result = solve_auto_chunks(build, "stand-in", SolveOptions(time_limit=600))
+    assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8, 16, 32]
+    assert inst.collective.chunks == 32 and result.makespan_us == 103.8
+    assert "2 doublings in a row" in result.details["auto_stop"]

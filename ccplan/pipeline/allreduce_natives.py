@@ -118,9 +118,10 @@ def note_hier(instance: Instance, trees_slots: int, hier_slots: int | None) -> N
 
 def hier_lost(instance: Instance) -> bool:
     """Whether ``hier-allreduce`` lost to the trees on this machine at the last C both ran
-    (:func:`note_hier`): above :data:`TREES_ONLY_ABOVE` chunks and when a portfolio is probed,
-    it then does not run (on DGX-2 x2 it beats the trees at every C, on AMD x2 it never does;
-    ``--chunks auto`` tries the small C first). Without a record it runs."""
+    (:func:`note_hier`): above :data:`TREES_ONLY_ABOVE` chunks it then does not run (on
+    DGX-2 x2 it beats the trees from C = 2 on with alphas dropped, on AMD x2 it loses from
+    C = 4 on; ``--chunks auto`` tries the small C first, where it always runs). Without a
+    record it runs."""
     return _HIER_RECORD.get(_machine(instance), False)
 
 
