@@ -588,8 +588,9 @@ def _compiled_placement(
         if int((horizon // occ + 2).sum()) > _COMPILED_BLOCKS:
             return None
         if priority is not None:
+            none = np.full(len(occ), -1, dtype=np.int64)  # no switch that only relays
             placed = place_by_priority(tree_of, release, step_ptr, link_arr, tail_arr, left, occ, lat,
-                                       omega, horizon, out)
+                                       omega, horizon, out, none, none)
         else:
             placed = place_chunks(tree_of, step_ptr, link_arr, tail_arr, occ, lat, omega, horizon, out)
         if placed == total:

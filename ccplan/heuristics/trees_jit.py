@@ -207,6 +207,8 @@ def place_by_priority(
     omega: np.ndarray,
     horizon: int,
     out_slot: np.ndarray,
+    into_relay: np.ndarray,
+    from_relay: np.ndarray,
 ) -> int:
     """List scheduling of the same sends as :func:`place_chunks` with a priority per link.
 
@@ -219,9 +221,22 @@ def place_by_priority(
     hop to a neighbour) rather than the first hop of a long chain, which is what a pipelined
     tree schedule pays as its fill. Writes each send's slot to ``out_slot`` (chunk after
     chunk, tree order) and returns the number of sends, or -1 when one would start at
-    ``horizon`` or later."""
+    ``horizon`` or later.
+
+    ``into_relay`` / ``from_relay`` (per link: the position of its head / tail when that is a
+    switch that only relays, else -1; all -1 where there is none; the arc trees of
+    :mod:`~ccplan.heuristics.trees_reduce`) keep such a switch to one partial sum of a chunk
+    at a time: a send into it waits (stays in its link's heap) while the switch holds the
+    chunk from another arc, from that arc's send in to its send out. The stays then never
+    overlap: the next arrival comes at least a slot after the last departure started."""
     links = occ.shape[0]
     chunks = tree_of.shape[0]
+    nodes = 1
+    relays = False
+    for e in range(links):
+        nodes = max(nodes, into_relay[e] + 1, from_relay[e] + 1)
+        relays = relays or into_relay[e] >= 0 or from_relay[e] >= 0
+    holds = np.zeros((chunks if relays else 1, nodes), dtype=np.bool_)
     first_send = np.zeros(chunks + 1, dtype=np.int64)
     for c in range(chunks):
         tr = tree_of[c]
@@ -269,6 +284,8 @@ def place_by_priority(
             if step_tail[j] == 0:
                 nxt[s] = head[0]
                 head[0] = s
+    skip_id = np.empty(total if relays else 0, dtype=np.int64)
+    skip_key = np.empty(total if relays else 0, dtype=np.float64)
     placed = 0
     for t in range(horizon):
         s = head[t]
@@ -286,18 +303,30 @@ def place_by_priority(
             if size[e] == 0 or t % occ[e] != 0:
                 continue
             lo = per_link[e]
-            for _ in range(omega[e]):
-                if size[e] == 0:
-                    break
+            took = 0
+            skipped = 0
+            while took < omega[e] and size[e] > 0:
                 s = hid[lo]
+                key = hkey[lo]
                 size[e] -= 1
                 if size[e] > 0:
                     hkey[lo] = hkey[lo + size[e]]
                     hid[lo] = hid[lo + size[e]]
                     _sift_down(hkey, hid, lo, size[e])
+                c = send_chunk[s]
+                if relays:
+                    if into_relay[e] >= 0 and holds[c, into_relay[e]]:
+                        skip_id[skipped] = s  # the switch holds this chunk from another arc
+                        skip_key[skipped] = key
+                        skipped += 1
+                        continue
+                    if into_relay[e] >= 0:
+                        holds[c, into_relay[e]] = True
+                    if from_relay[e] >= 0:
+                        holds[c, from_relay[e]] = False
+                took += 1
                 out_slot[s] = t
                 placed += 1
-                c = send_chunk[s]
                 base = step_ptr[tree_of[c]]
                 j = base + s - first_send[c]
                 ready = max(t + lat[e], t + 1)  # a zero-latency hop waits a slot: still valid
@@ -307,6 +336,11 @@ def place_by_priority(
                     s2 = first_send[c] + child[k] - base
                     nxt[s2] = head[ready]
                     head[ready] = s2
+            for i in range(skipped):  # back into the heap, for the next block
+                hkey[lo + size[e]] = skip_key[i]
+                hid[lo + size[e]] = skip_id[i]
+                size[e] += 1
+                _sift_up(hkey, hid, lo, size[e] - 1)
         if placed == total:
             return placed
     return -1 if placed < total else placed
@@ -329,3 +363,75 @@ def steps_left(
             if tail > 0 and left[j] > below[base + tail - 1]:
                 below[base + tail - 1] = left[j]
     return left
+
+
+@_njit
+def grow_arc_tree(
+    w: np.ndarray,
+    pred: np.ndarray,
+    terms: np.ndarray,
+    n: int,
+    link_of: np.ndarray,
+    lat: np.ndarray,
+    pi: np.ndarray,
+    root: int,
+    mu: float,
+    parent: np.ndarray,
+) -> tuple[float, float]:
+    """The arc tree grown on the terminals from terminal index ``root``
+    (:func:`~ccplan.heuristics.trees_reduce_shallow.grown_tree`, its rule): ``parent`` (per
+    terminal index, -1 at the root and where unreached) is written; returns its latency
+    depth and its price ``sum_e pi_e load_e`` (every arc charged on each link of its path),
+    depth ``inf`` when some terminal cannot be reached. ``w`` and ``pred`` are
+    :meth:`~ccplan.heuristics.trees_pack._Paths.matrix`'s, ``link_of[a, b]`` the link from
+    node ``a`` to split node ``b`` (-1 where none)."""
+    n_t = len(terms)
+    inside = np.zeros(n_t, dtype=np.bool_)
+    depth = np.zeros(n_t)
+    key = np.empty(n_t)
+    for v in range(n_t):
+        key[v] = w[root, v]
+        parent[v] = root
+    inside[root] = True
+    parent[root] = -1
+    deepest = 0.0
+    priced = 0.0
+    nodes = np.empty(2 * n + 1, dtype=np.int64)
+    for _ in range(n_t - 1):
+        v = -1
+        best = np.inf
+        for x in range(n_t):
+            if not inside[x] and key[x] < best:
+                best = key[x]
+                v = x
+        if v < 0:
+            for x in range(n_t):
+                if not inside[x]:
+                    parent[x] = -1
+            return np.inf, priced
+        u = parent[v]
+        # the path u -> v through relays, from Dijkstra row u's predecessors
+        k = 0
+        nodes[0] = n + terms[v]
+        while nodes[k] != terms[u]:
+            nodes[k + 1] = pred[u, nodes[k]]
+            k += 1
+        cur = terms[u]
+        arc_lat = 0.0
+        for h in range(k - 1, -1, -1):
+            b = nodes[h]
+            e = link_of[cur, b]
+            arc_lat += lat[e]
+            priced += pi[e]
+            cur = b - n if b >= n else b
+        depth[v] = depth[u] + arc_lat
+        if depth[v] > deepest:
+            deepest = depth[v]
+        inside[v] = True
+        for x in range(n_t):
+            if not inside[x]:
+                through = w[v, x] + mu * depth[v]
+                if through < key[x]:
+                    key[x] = through
+                    parent[x] = v
+    return deepest, priced

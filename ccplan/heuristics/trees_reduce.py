@@ -54,7 +54,10 @@ import numpy as np
 from ccplan.errors import ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.heuristics.trees import (
+    _WINDOW_BETAS,
     _WINDOW_SCALES,
+    WINDOW_GRAIN,
+    WINDOW_GRAIN_COARSE,
     TreePlan,
     _chunks_by_root,
     _stride,
@@ -66,6 +69,7 @@ from ccplan.heuristics.trees import (
     window_applies,
 )
 from ccplan.heuristics.trees_pack import (
+    Network,
     Tree,
     _Master,
     _Paths,
@@ -73,6 +77,7 @@ from ccplan.heuristics.trees_pack import (
     optimal_rate,
     price_rounds,
 )
+from ccplan.heuristics.trees_reduce_shallow import arc_depth, arc_path, shallow_arc_trees
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline, OutOfTimeError
@@ -147,23 +152,6 @@ _RATE_KEPT = 1e-4  # relative rate the depth-minimising solve may give up
 _MWU_ETA = 4.0  # steepness of the seed rounds' link lengths (as trees_pack's seeds)
 
 
-def _arc_of(paths: _Paths, pred: np.ndarray, p: int, c: int) -> list[int]:
-    """Links of the cheapest path from terminal ``p`` to terminal ``c`` (terminal indices)
-    through relays only, from the Dijkstra predecessors of row ``p``."""
-    n = paths.net.n
-    terms = paths.terminals
-    nodes = [n + terms[c]]
-    while nodes[-1] != terms[p]:
-        nodes.append(int(pred[p, nodes[-1]]))
-    nodes.reverse()
-    links = []
-    cur = terms[p]
-    for b in nodes[1:]:
-        links.append(paths.link_of[(cur, b)])
-        cur = b - n if b >= n else b
-    return links
-
-
 def _arc_tree(paths: _Paths, parent: np.ndarray, root: int, pred: np.ndarray) -> list[tuple[int, list[int]]]:
     """The arcs of a terminal-level arborescence (``parent`` per terminal index), every path
     kept whole (no merging at a relay: each arc pays for its links), in breadth-first order
@@ -178,17 +166,9 @@ def _arc_tree(paths: _Paths, parent: np.ndarray, root: int, pred: np.ndarray) ->
     for p in queue:
         for c in children[p]:
             queue.append(c)
-            arcs.append((where[p], _arc_of(paths, pred, p, c)))
+            arcs.append((where[p], arc_path(paths, pred, p, c)))
             where[c] = len(arcs)
     return arcs
-
-
-def _depth(arcs: list[tuple[int, list[int]]], lat: np.ndarray) -> float:
-    """Latency depth (slots) of an arc tree: the largest sum of ``L`` from the root to a node."""
-    at = [0.0] * (len(arcs) + 1)
-    for j, (tail, path) in enumerate(arcs, start=1):
-        at[j] = at[tail] + float(lat[path].sum())
-    return max(at)
 
 
 @dataclass
@@ -298,7 +278,7 @@ def pack_arc_trees(
     )
     # among the columns found, the shallowest packing at this rate
     first = z
-    master.prefer(first * (1 - _RATE_KEPT), [-_depth(arcs, lat) ** 2 for _, arcs in columns])
+    master.prefer(first * (1 - _RATE_KEPT), [-arc_depth(arcs, lat) ** 2 for _, arcs in columns])
     z, weights, _, _ = master.solve()
     if z < first * (1 - 2 * _RATE_KEPT):  # the LP lost the rate (numerics): keep the first solve
         master.maximise_rate(len(columns))
@@ -320,8 +300,8 @@ def pack_arc_trees(
 
 
 MAX_PASSES = 4.0
-_WINDOW_TIME_MARGIN = 3.0  # a windowed placement starts only with this many times the first one's time left
-_REDUCE_BETAS = (1.0, 2.0)  # order weights of the depth tried on each windowed packing (Python placement)
+_WINDOW_TIME_MARGIN = 2.0  # a windowed packing starts only with this many times the last one's time left
+_REDUCE_BETAS = (1.0, 2.0)  # order weights of the depth per windowed packing, single-port (Python placement)
 """Where at most this many GPUs send into any relaying switch (and where some switches may
 reduce), the trees are :func:`~ccplan.heuristics.trees.plan_trees`' packing (paths merged in
 the pricing, then its shallow phase) and they are kept while their mean arcs through the
@@ -562,6 +542,76 @@ def place_arcs(
             as_array(index_c, dtype=np.int64), as_array(link_c, dtype=np.int64))
 
 
+def place_arcs_by_priority(
+    instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]], relays: frozenset[int],
+    beta: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`place_arcs`' columns from list scheduling by per-link priority instead of the
+    chunk order (:func:`~ccplan.heuristics.trees_jit.place_by_priority`, key ``k / rate - beta
+    x`` the latency left below the send, each arc's hops a chain of steps), a relaying switch
+    holding one partial sum of a chunk at a time; None under single-port or outages (the
+    compiled table has neither) or when the horizon guessed from the rate is too short twice
+    over."""
+    from ccplan.heuristics.trees_jit import place_by_priority, steps_left
+
+    if instance.single_port or instance.outages:
+        return None
+    topo = instance.topology
+    pos = topo.node_index
+    chunks_of = _chunks_by_root(instance)
+    picks = {r: _stride(weights[r], len(idx)) for r, idx in chunks_of.items()}
+    tree_id: dict[tuple[int, int], int] = {}
+    ptr = [0]
+    links: list[int] = []
+    tails: list[int] = []
+    for r, trees in compiled.items():
+        for k, arcs in enumerate(trees):
+            tree_id[(r, k)] = len(ptr) - 1
+            held = [0]  # per hold index (root, then each arc's head): the step that brought it, + 1
+            for tail, path in arcs:
+                prev = held[tail]
+                for e in path:
+                    links.append(e)
+                    tails.append(prev)
+                    prev = len(links) - ptr[-1]
+                held.append(prev)
+            ptr.append(len(links))
+    order = [(k, r) for r, idx in chunks_of.items() for k in range(len(idx))]
+    tree_of = np.array([tree_id[(r, picks[r][k])] for k, r in order], dtype=np.int64)
+    rates = {r: sum(weights[r]) or 1.0 for r in chunks_of}
+    release = np.array([k / rates[r] for k, r in order], dtype=np.float64)
+    step_ptr = np.array(ptr, dtype=np.int64)
+    link_arr = np.array(links, dtype=np.int64)
+    tail_arr = np.array(tails, dtype=np.int64)
+    occ = np.asarray(instance.occupancy, dtype=np.int64)
+    lat = np.asarray(instance.latency, dtype=np.int64)
+    omega = np.asarray(instance.link_capacity, dtype=np.int64)
+    left = beta * steps_left(step_ptr, link_arr, tail_arr, lat)
+    relay_pos = {pos[v] for v in relays}
+    into = np.array([pos[lk.dst] if pos[lk.dst] in relay_pos else -1 for lk in topo.links], dtype=np.int64)
+    out_of = np.array([pos[lk.src] if pos[lk.src] in relay_pos else -1 for lk in topo.links], dtype=np.int64)
+    sizes = np.diff(step_ptr)[tree_of]
+    total = int(sizes.sum())
+    most = max((len(v) for v in chunks_of.values()), default=0)
+    rate = min(rates.values(), default=1.0)
+    deepest = int(steps_left(step_ptr, link_arr, tail_arr, lat).max(initial=0))
+    horizon = 2 * int(most / rate) + 4 * deepest + 64
+    out = np.zeros(total, dtype=np.int64)
+    for _ in range(2):
+        placed = place_by_priority(tree_of, release, step_ptr, link_arr, tail_arr, left, occ, lat, omega,
+                                   horizon, out, into, out_of)
+        if placed == total:
+            break
+        horizon *= 4
+    else:
+        return None
+    roots = np.array([r for _, r in order], dtype=np.int64)
+    index = np.array([chunks_of[r][k] for k, r in order], dtype=np.int64)
+    starts = np.repeat(step_ptr[tree_of] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
+    link_col = link_arr[np.arange(total) + starts]
+    return out, np.repeat(roots, sizes), np.repeat(index, sizes), link_col
+
+
 def reflect(
     instance: Instance, slot: np.ndarray, root: np.ndarray, index: np.ndarray, link: np.ndarray,
     relays: frozenset[int], method: str = "trees",
@@ -619,6 +669,7 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     if compiled is None:
         share = Deadline(min(deadline.at, time.perf_counter() + _PACK_SHARE * deadline.remaining()))
         compiled, weights, _, _ = pack_arc_trees(twin, share, float((extra or {}).get("trees_gap", 1e-3)))
+    compiled, weights = _shallower(twin, slot_network(twin), compiled, weights, deadline, extra)
     started = time.perf_counter()
     slot, root, index, link = place_arcs(twin, compiled, weights, deadline)
     if plain is not None:
@@ -627,17 +678,54 @@ def reduction_schedule(instance: Instance, deadline: Deadline, extra: Any = None
     return reflect(instance, slot, root, index, link, relays)
 
 
+_SHALLOW_SHARE = 0.25  # share of the time left that the arc trees' shallow phase may use
+
+
+def _shallower(
+    twin: Instance, net: Network, compiled: ArcTrees, weights: dict[int, list[float]], deadline: Deadline,
+    extra: Any,
+) -> tuple[ArcTrees, dict[int, list[float]]]:
+    """``compiled`` and ``weights``, or arc trees of the same rate and less weighted squared
+    depth on ``net``'s capacities (:func:`~ccplan.heuristics.trees_reduce_shallow.
+    shallow_arc_trees`), unless ``extra.trees_shallow`` is False."""
+    if not (extra or {}).get("trees_shallow", True):
+        return compiled, weights
+    pos = twin.topology.node_index
+    ids = twin.topology.node_ids
+    _, terminals = roots_and_terminals(twin)
+    share = Deadline(min(deadline.at, time.perf_counter() + _SHALLOW_SHARE * deadline.remaining()))
+    trees, tree_w = shallow_arc_trees(
+        net, np.asarray(twin.latency, dtype=float), {pos[r]: v for r, v in compiled.items()},
+        {pos[r]: v for r, v in weights.items()}, [pos[t] for t in terminals], share,
+    )
+    return {ids[p]: v for p, v in trees.items()}, {ids[p]: v for p, v in tree_w.items()}
+
+
+def _window_net(cut_for: Any, scale: float) -> Network:
+    """The windowed capacities at ``scale`` (the LP takes them as floats: the grain of the
+    exact max-flows does not matter)."""
+    try:
+        return cut_for(scale, WINDOW_GRAIN)
+    except ValueError:  # "capacities too fine for exact max-flows"
+        return cut_for(scale, WINDOW_GRAIN_COARSE)
+
+
 def _windowed(
     twin: Instance, plan: TreePlan, relays: frozenset[int], deadline: Deadline, extra: Any,
     placed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], seconds: float,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``placed`` or a shorter placement of the twin from packings on windowed capacities
-    (the ``trees`` engine's step 6, :func:`~ccplan.heuristics.trees_shallow.windowed_network`)
-    placed in the order of :func:`_order` with ``beta`` 1 and 2; only where latency counts
+    (the ``trees`` engine's step 6, :func:`~ccplan.heuristics.trees_shallow.windowed_network`),
+    their arc trees made shallow (:func:`_shallower`) and placed by per-link priority
+    (:func:`place_arcs_by_priority`, betas :data:`_WINDOW_BETAS`; under single-port, in the
+    order of :func:`_order` with betas :data:`_REDUCE_BETAS`). Only where latency counts
     (:func:`~ccplan.heuristics.trees.window_applies`), ``extra.trees_windowed`` is not False,
-    and the arc trees keep within :data:`MAX_PASSES`. The scan ends with the best so far when
-    less than :data:`_WINDOW_TIME_MARGIN` times the first placement's ``seconds`` is left (the
-    placement is Python: AMD x2 at C = 2,048 takes seconds), so the time limit still holds."""
+    the run is not a ``--chunks auto`` probe, and the arc trees keep within
+    :data:`MAX_PASSES`. A scale starts only with :data:`_WINDOW_TIME_MARGIN` times the last
+    one's time left (the first estimated from ``seconds``, the first placement's), so the time
+    limit still holds. AMD x2 ReduceScatter 64 MB, C = 1,024: 20,049 slots in the order
+    placement of the shallow trees, 19,605 at scale 1.5 and beta 3 (19,877 in the order
+    placement at best)."""
     if not (extra or {}).get("trees_windowed", True) or (extra or {}).get("auto_probe"):
         return placed  # turned off, or a --chunks auto probe (the trees engine's rule)
     cut_for = window_applies(twin, plan)
@@ -651,22 +739,31 @@ def _windowed(
 
     best, best_slots = placed, last(placed)
     start, what = best_slots, "kept"
+    cost = seconds + plan.packing.seconds
+    compiled_table = not (twin.single_port or twin.outages)
     try:
         for scale in _WINDOW_SCALES:
+            if deadline.remaining() < _WINDOW_TIME_MARGIN * cost:
+                raise OutOfTimeError("no time for another windowed packing")
+            began = time.perf_counter()
             alt = _windowed_plan(twin, deadline, extra, frozenset(pos[v] for v in relays), cut_for, scale)
-            if alt is None:
-                continue
-            if serial_passes(twin, alt, relays) > MAX_PASSES:
+            if alt is None or serial_passes(twin, alt, relays) > MAX_PASSES:
                 continue
             compiled = _arcs(twin, alt, relays)
             weights = {r: [t.weight for t in alt.packing.trees[pos[r]]] for r in compiled}
-            for beta in _REDUCE_BETAS:
-                if deadline.remaining() < _WINDOW_TIME_MARGIN * seconds:
-                    raise OutOfTimeError("no time for another windowed placement")
-                found = place_arcs(twin, compiled, weights, deadline, beta)
+            net = _window_net(cut_for, scale)
+            compiled, weights = _shallower(twin, net, compiled, weights, deadline, extra)
+            for beta in _WINDOW_BETAS if compiled_table else _REDUCE_BETAS:
+                deadline.check()
+                found = (place_arcs_by_priority(twin, compiled, weights, relays, beta) if compiled_table
+                         else place_arcs(twin, compiled, weights, deadline, beta))
+                if found is None:
+                    continue
                 slots = last(found)
                 if slots < best_slots:
-                    best, best_slots, what = found, slots, f"scale {scale:g}, order beta {beta:g}"
+                    how = "priority" if compiled_table else "order"
+                    best, best_slots, what = found, slots, f"scale {scale:g}, {how} beta {beta:g}"
+            cost = time.perf_counter() - began
     except OutOfTimeError:
         pass
     log.info("trees reduction: windowed packings: %s, %d -> %d slots", what, start, best_slots)

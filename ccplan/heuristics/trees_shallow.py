@@ -140,6 +140,59 @@ class _Pricing:
         return [tuple(flat[bounds[i]: bounds[i + 1]]) for i in range(r)], deep.tolist()
 
 
+class DepthLP:
+    """The shallow phase's LP (module docstring), kept warm between rounds (columns are only
+    added): minimise ``sum_T cost_T y_T`` with every root's weights at least ``z`` and every
+    link's load within its capacity. A column's load on a link is the number of its paths that
+    use it (the arc trees of :mod:`~ccplan.heuristics.trees_reduce_shallow` charge each arc)."""
+
+    def __init__(self, roots: int, cap: np.ndarray, z: float) -> None:
+        import highspy
+
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("presolve", "off")  # keep the basis: each round adds columns only
+        h.setOptionValue("simplex_strategy", 4)  # primal: added columns keep the basis primal feasible
+        self.inf = highspy.kHighsInf
+        self.nr = roots
+        lower = np.concatenate([np.full(roots, z), np.full(len(cap), -self.inf)])
+        upper = np.concatenate([np.full(roots, self.inf), cap])
+        h.addRows(roots + len(cap), lower, upper, 0, np.zeros(1, dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        h.changeObjectiveSense(highspy.ObjSense.kMinimize)
+        self.h = h
+        self.costs: list[float] = []
+
+    def add(self, row: int, loads: dict[int, float], cost: float) -> None:
+        """A column of root ``row`` with ``loads`` per link and objective ``cost``."""
+        idx = np.array([row] + [self.nr + e for e in loads], dtype=np.int32)
+        vals = np.array([1.0, *loads.values()])
+        self.h.addCol(cost, 0.0, self.inf, len(idx), idx, vals)
+        self.costs.append(cost)
+
+    def solve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(weights, sigma per root, pi per link)`` (duals as non-negative prices), or None
+        when the LP did not end optimal."""
+        import highspy
+
+        self.h.run()
+        if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            log.info("trees: the shallow phase's LP ended %s; the first packing stays",
+                     self.h.getModelStatus())
+            return None
+        sol = self.h.getSolution()
+        duals = np.asarray(sol.row_dual)
+        return (np.asarray(sol.col_value), np.maximum(duals[: self.nr], 0.0),
+                np.abs(np.minimum(duals[self.nr:], 0.0)))
+
+
+def priced_costs(pi: np.ndarray, lat: np.ndarray) -> list[np.ndarray]:
+    """The pricing's link costs ``pi + mu L`` for every ``mu`` of :data:`_MUS` (in units of
+    the mean positive ``pi``), plus a tiny per-link cost so that zero costs stay edges."""
+    scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
+    return [pi + mu * scale * lat + 1e-9 for mu in _MUS]
+
+
 def shallow_packing(
     net: Network,
     packing: Packing,
@@ -205,29 +258,15 @@ def _shallow_once(
 ) -> tuple[Packing, float]:
     """One column generation of :func:`shallow_packing` from ``packing``'s trees, with the
     objective it reached (``inf`` when it returns ``packing`` itself)."""
-    import highspy
-
     start = time.perf_counter()
     roots = list(packing.trees)
     if not roots or packing.rate <= 0:
         return packing, float("inf")
-    z = packing.rate * (1 - _RATE_SLACK)
-    cap = np.array([float(c) for c in net.cap])
     lat = np.asarray(latency, dtype=float)
     term = np.asarray(sorted(terminals), dtype=np.int64)
     row_of = {r: i for i, r in enumerate(roots)}
-    nr = len(roots)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("presolve", "off")  # keep the basis: each round adds columns only
-    h.setOptionValue("simplex_strategy", 4)  # primal: added columns keep the basis primal feasible
-    inf = highspy.kHighsInf
-    lower = np.concatenate([np.full(nr, z), np.full(net.num_links, -inf)])
-    upper = np.concatenate([np.full(nr, inf), cap])
-    h.addRows(nr + net.num_links, lower, upper, 0, np.zeros(1, dtype=np.int32),
-              np.zeros(0, dtype=np.int32), np.zeros(0))
+    lp = DepthLP(len(roots), np.array([float(c) for c in net.cap]), packing.rate * (1 - _RATE_SLACK))
     columns: list[Tree] = []
-    costs: list[float] = []
     seen: set[tuple[int, tuple[int, ...]]] = set()
 
     def add(tree: Tree) -> bool:
@@ -236,11 +275,9 @@ def _shallow_once(
             return False
         seen.add(key)
         loads = link_loads(tree, net.src, net.dst, relays)
-        d = depth(tree, net.src, net.dst, lat)
-        idx = np.array([row_of[tree.root]] + [nr + e for e in tree.links], dtype=np.int32)
-        h.addCol(_cost(d), 0.0, inf, len(idx), idx, np.array([1.0] + [float(loads[e]) for e in tree.links]))
+        lp.add(row_of[tree.root], {e: float(loads[e]) for e in tree.links},
+               _cost(depth(tree, net.src, net.dst, lat)))
         columns.append(Tree(tree.root, tree.links))
-        costs.append(_cost(d))
         return True
 
     pricing = _Pricing(net, roots, term, lat)
@@ -249,25 +286,18 @@ def _shallow_once(
             add(t)
     before = sum(t.weight * _cost(depth(t, net.src, net.dst, lat)) for r in roots for t in packing.trees[r])
     before = float(before)
-    h.changeObjectiveSense(highspy.ObjSense.kMinimize)
     rounds = 0
     weights = np.zeros(0)
     while True:
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            log.info("trees: the shallow phase's LP ended %s; the first packing stays", h.getModelStatus())
+        solved = lp.solve()
+        if solved is None:
             return packing, float("inf")
-        sol = h.getSolution()
-        weights = np.asarray(sol.col_value)
-        duals = np.asarray(sol.row_dual)
-        sigma = np.maximum(duals[:nr], 0.0)
-        pi = np.abs(np.minimum(duals[nr:], 0.0))
+        weights, sigma, pi = solved
         rounds += 1
         if rounds > max_rounds or deadline.expired:
             break
-        scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
         added = 0
-        found = [pricing(pi + mu * scale * lat + 1e-9) for mu in _MUS]
+        found = [pricing(cost) for cost in priced_costs(pi, lat)]
         for i, r in enumerate(roots):
             for links_of, depths in found:
                 tree = Tree(r, links_of[i])
@@ -289,7 +319,7 @@ def _shallow_once(
             trees[t.root].append(Tree(t.root, t.links, y))
     if any(not trees[r] for r in roots):
         return packing, float("inf")
-    after = float(np.dot(weights, costs))
+    after = float(np.dot(weights, lp.costs))
     rates = [sum(t.weight for t in trees[r]) for r in roots]
     log.info(
         "trees: shallow phase, %d rounds, %d columns, mean squared depth %.4g -> %.4g (%.2f s)",

@@ -306,7 +306,12 @@ def _native_reduction(
             log.error("the trees reduction fails verification: %s", report.violations[0])
             return None
         slots = report.makespan_slots
-    details = {"reduction": "trees_reduce", "slots": slots, "seconds": time.perf_counter() - start}
+    details: dict[str, Any] = {
+        "reduction": "trees_reduce", "slots": slots, "seconds": time.perf_counter() - start,
+    }
+    if (options.extra or {}).get("auto_probe"):
+        # a probe skips the windowed packings (trees_reduce._windowed): a full run may do better
+        details["auto_probe"] = "trees reduction without windowed packings"
     return schedule, Outcome(schedule=schedule, status="feasible", details=details)
 
 
@@ -561,6 +566,8 @@ def solve_combining(instance: Instance, method: str, options: SolveOptions | Non
     if kind in ("reducescatter", "reduce"):
         sched, outcome = _reversed_phase(instance, method, kind, opts)
         details["phase_status"] = outcome.status
+        if "auto_probe" in outcome.details:  # --chunks auto runs the method again at its C
+            details["auto_probe"] = outcome.details["auto_probe"]
         schedule = Schedule(sched.sends, method=f"{method}+reverse")
     elif kind == "allreduce":
         topo = instance.topology
