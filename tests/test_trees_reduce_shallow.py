@@ -115,3 +115,24 @@ def test_priority_placement_keeps_one_partial_sum_per_relay(beta: float) -> None
     free = trees_reduce.place_arcs_by_priority(twin, compiled, weights, frozenset(), beta)
     assert free is not None
     assert _stays_overlap(twin, relays, free) > 0
+
+
+def test_a_probe_of_the_reduction_asks_for_the_second_run() -> None:
+    """A ``--chunks auto`` probe (``extra.auto_probe``) of a ReduceScatter through a switch that
+    only relays skips the windowed packings, so its result says so (``details["auto_probe"]``)
+    and ``--chunks auto`` runs the method once more, in full, at the C it picks; without the
+    flag it does not. GPUs 0, 1 and 2, 3 on 50 GB/s pairs, each with a 25 GB/s cable to one
+    switch; C = 8 (32 chunks in all: the native reduction is the only candidate)."""
+    from ccplan.contract import SolveOptions
+    from ccplan.instances import make_topology
+    from ccplan.pipeline import solve
+
+    topo = make_topology(
+        "two-chassis", gpus=range(4), switches=[4],
+        duplex_links=[(0, 1, 50.0, 0.7), (2, 3, 50.0, 0.7)] + [(g, 4, 25.0, 1.3) for g in range(4)],
+    )
+    inst = make_instance(topo, make_collective("reducescatter", topo, chunks=8), "1GB")
+    probe = solve(inst, "heuristic", SolveOptions(time_limit=30, workers=1, extra={"auto_probe": True}))
+    full = solve(inst, "heuristic", SolveOptions(time_limit=30, workers=1))
+    assert probe.verified and full.verified
+    assert "auto_probe" in probe.details and "auto_probe" not in full.details

@@ -55,7 +55,6 @@ from ccplan.errors import ValidationError
 from ccplan.heuristics.mteg import Reservations
 from ccplan.heuristics.trees import (
     _WINDOW_BETAS,
-    _WINDOW_SCALES,
     WINDOW_GRAIN,
     WINDOW_GRAIN_COARSE,
     TreePlan,
@@ -300,8 +299,6 @@ def pack_arc_trees(
 
 
 MAX_PASSES = 4.0
-_WINDOW_TIME_MARGIN = 2.0  # a windowed packing starts only with this many times the last one's time left
-_REDUCE_BETAS = (1.0, 2.0)  # order weights of the depth per windowed packing, single-port (Python placement)
 """Where at most this many GPUs send into any relaying switch (and where some switches may
 reduce), the trees are :func:`~ccplan.heuristics.trees.plan_trees`' packing (paths merged in
 the pricing, then its shallow phase) and they are kept while their mean arcs through the
@@ -312,6 +309,12 @@ times (DGX-2 x2: 0.72 of x*), which a star through one switch needs (DGX-2's NVS
 arcs a tree; the merged packing with the relayed reflection reached 0.94 of the physical
 bound at C = 128 in 478 s, the arc packing 0.991 in 4 s). With switches that may reduce the
 arc packing does not apply (its arcs end at GPUs only) and the reduction declines."""
+_WINDOW_TIME_MARGIN = 2.0  # a windowed packing starts only with this many times the last one's time left
+_REDUCE_SCALES = (1.25, 1.5, 1.0, 2.0)
+"""Window scales of the reduction's windowed packings (the ``trees`` engine's are 1, 1.5, 2), in
+the order tried while time lasts: AMD x2 ReduceScatter 64 MB at C = 1,024, best over betas 1-3
+of the priority placement: 19,649 (scale 1), 19,571 (1.25), 19,605 (1.5), 19,749 (2) slots."""
+_REDUCE_BETAS = (1.0, 2.0)  # order weights of the depth per windowed packing, single-port (Python placement)
 
 
 def _gpus_behind(instance: Instance, relays: frozenset[int]) -> int:
@@ -742,7 +745,7 @@ def _windowed(
     cost = seconds + plan.packing.seconds
     compiled_table = not (twin.single_port or twin.outages)
     try:
-        for scale in _WINDOW_SCALES:
+        for scale in _REDUCE_SCALES:
             if deadline.remaining() < _WINDOW_TIME_MARGIN * cost:
                 raise OutOfTimeError("no time for another windowed packing")
             began = time.perf_counter()
