@@ -286,3 +286,22 @@ def test_a_slot_bound_that_drops_alphas_does_not_end_the_doubling(monkeypatch):
     assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4, 8, 16, 32]
     assert inst.collective.chunks == 32 and result.makespan_us == 103.8
     assert "2 doublings in a row" in result.details["auto_stop"]
+
+
+def test_a_schedule_within_one_percent_but_not_half_does_not_end_the_doubling(monkeypatch):
+    """Physical bound 100 us, slot bound 50 us (weak) at every C; times 200 (C = 1), 100.8
+    (C = 2: within 1 % of the bound, 0.992 of it, which the doubling used to stop at), 100.3
+    (C = 4: within 0.5 %, AUTO_CLOSE). The doubling goes on to C = 4 and stops there."""
+    import ccplan.pipeline.chunks as chunks
+
+    times = {1: 200.0, 2: 100.8, 4: 100.3, 8: 100.2}
+
+    def fake_solve(instance, method, options):
+        c = instance.collective.chunks
+        return _Fake(times[c], lower_bound_slots=max(1, round(50.0 / instance.tau_us)))
+
+    monkeypatch.setattr(chunks, "solve", fake_solve)
+    inst, result = solve_auto_chunks(_ring4_allreduce, "stand-in", SolveOptions(time_limit=600))
+    assert [int(c) for c in result.details["auto_chunks"]] == [1, 2, 4]
+    assert inst.collective.chunks == 4 and result.makespan_us == 100.3
+    assert "within 0.5% of the physical bound" in result.details["auto_stop"]

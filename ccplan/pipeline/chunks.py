@@ -1,7 +1,7 @@
 """``--chunks auto``: the chunk count chosen against the physical bound.
 
-``C`` is doubled from 1 (C = 1, 2, 4, ...) until a schedule is within :data:`AUTO_TOLERANCE`
-(1 %) of the physical bound (:func:`ccplan.physical.physical_bound`: any chunking, continuous
+``C`` is doubled from 1 (C = 1, 2, 4, ...) until a schedule is within :data:`AUTO_CLOSE`
+(0.5 %) of the physical bound (:func:`ccplan.physical.physical_bound`: any chunking, continuous
 alpha-beta time), and otherwise for as long as the slot model at ``C`` can still lose more than
 1 % to the physics (its own lower bound in microseconds, the slot bound at ``C`` times ``tau``,
 is more than 1 % above the physical bound, or it drops alphas and so bounds nothing the
@@ -34,7 +34,16 @@ log = logging.getLogger(__name__)
 
 AUTO_TOLERANCE = 0.01
 """How far above the physical bound the slot model's own bound at ``C`` may stay before
-``--chunks auto`` stops doubling ``C`` (and how close a schedule must come to stop early)."""
+``--chunks auto`` stops doubling ``C`` (with :data:`AUTO_PATIENCE` doublings that gain less
+than this), and how close the best schedule must be for no second run (:func:`_improve`)."""
+
+AUTO_CLOSE = 0.005
+"""How close to the physical bound a schedule must come to end the doubling at once. Half of
+:data:`AUTO_TOLERANCE`: at 1 % the doubling ended at 0.990-0.991 of the physical bound, under
+0.99 of a throughput limit that lies a little below it (AMD x2 ReduceScatter 1 GB: C = 512,
+2,914.7 us, 0.9901 of the physical bound's 2,886.0 us and 0.9897 of the limit's 2,884.6 us,
+where C = 2,048 reaches 0.9921); the other rules still end it after doublings that gain under
+1 %."""
 
 AUTO_PATIENCE = 2
 """``--chunks auto`` stops doubling ``C`` after this many candidates in a row that gave no
@@ -169,8 +178,8 @@ def solve_auto_chunks(
         else:
             misses += 1
         if physical is not None and physical > 0:
-            if best is not None and best[0] <= (1 + AUTO_TOLERANCE) * physical:
-                stop = f"C={best[1].collective.chunks} within {AUTO_TOLERANCE:.0%} of the physical bound"
+            if best is not None and best[0] <= (1 + AUTO_CLOSE) * physical:
+                stop = f"C={best[1].collective.chunks} within {AUTO_CLOSE:.1%} of the physical bound"
                 break
             slot_bound = None if result is None else result.lower_bound_slots * instance.tau_us
             # a slot model that drops alphas bounds its slot time, not the alpha-beta time the
