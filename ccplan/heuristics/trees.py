@@ -553,18 +553,9 @@ def _compiled_placement(
     from ccplan.heuristics.trees_jit import place_by_priority, place_chunks, steps_left
 
     topo_pos = instance.topology.node_index
-    tree_id: dict[tuple[int, int], int] = {}
-    ptr = [0]
-    links: list[int] = []
-    tails: list[int] = []
-    for r, trees in compiled.items():
-        for k, steps in enumerate(trees):
-            tree_id[(r, k)] = len(ptr) - 1
-            links.extend(e for e, _ in steps)
-            tails.extend(tail for _, tail in steps)
-            ptr.append(len(links))
+    tree_id, step_ptr, link_arr, tail_arr = flat_steps(compiled)
+    links = link_arr.tolist()
     tree_of = np.array([tree_id[(r, picks[r][k])] for k, r in order], dtype=np.int64)
-    step_ptr = np.array(ptr, dtype=np.int64)
     sizes = np.diff(step_ptr)[tree_of]
     total = int(sizes.sum())
     occ = np.asarray(instance.occupancy, dtype=np.int64)
@@ -578,8 +569,6 @@ def _compiled_placement(
     deepest = max(depth(t, src, dst, lat) for ts in plan.packing.trees.values() for t in ts)
     horizon = 2 * horizon + 4 * int(deepest) + 64
     out = np.zeros(total, dtype=np.int64)
-    link_arr = np.array(links, dtype=np.int64)
-    tail_arr = np.array(tails, dtype=np.int64)
     if priority is not None:
         left = priority * steps_left(step_ptr, link_arr, tail_arr, lat)
         rates = {r: sum(t.weight for t in plan.packing.trees[topo_pos[r]]) or 1.0 for r in chunks_of}
@@ -598,12 +587,43 @@ def _compiled_placement(
         horizon *= 4
     else:
         return None
+    root_col, index_col, link_col = send_columns(order, chunks_of, step_ptr, tree_of, link_arr)
+    return _columns(out, root_col, index_col, link_col, instance)
+
+
+def flat_steps(
+    compiled: dict[int, list[list[tuple[int, int]]]],
+) -> tuple[dict[tuple[int, int], int], np.ndarray, np.ndarray, np.ndarray]:
+    """The trees of every root (steps ``(link, tail)``, tail 0 the root, else one more than
+    the position of the step into it) in the compiled placements' flat form: the number of
+    each ``(root, k)``, the steps' start per tree (``step_ptr``), their links and tails."""
+    tree_id: dict[tuple[int, int], int] = {}
+    ptr = [0]
+    links: list[int] = []
+    tails: list[int] = []
+    for r, trees in compiled.items():
+        for k, steps in enumerate(trees):
+            tree_id[(r, k)] = len(ptr) - 1
+            links.extend(e for e, _ in steps)
+            tails.extend(tail for _, tail in steps)
+            ptr.append(len(links))
+    return (tree_id, np.array(ptr, dtype=np.int64), np.array(links, dtype=np.int64),
+            np.array(tails, dtype=np.int64))
+
+
+def send_columns(
+    order: list[tuple[int, int]], chunks_of: dict[int, list[int]], step_ptr: np.ndarray, tree_of: np.ndarray,
+    link_arr: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Root, chunk index and link of every send in the order the compiled placements write
+    their slots: chunk after chunk (``order``: ``(k, root)``, the chunk riding tree
+    ``tree_of``), each tree's steps ``step_ptr[tree] ..`` in order."""
+    sizes = np.diff(step_ptr)[tree_of]
+    total = int(sizes.sum())
     roots = np.array([r for _, r in order], dtype=np.int64)
     index = np.array([chunks_of[r][k] for k, r in order], dtype=np.int64)
-    # each chunk's steps, chunk after chunk: positions step_ptr[tree] .. + size - 1
     starts = np.repeat(step_ptr[tree_of] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
-    link_col = link_arr[np.arange(total) + starts]
-    return _columns(out, np.repeat(roots, sizes), np.repeat(index, sizes), link_col, instance)
+    return np.repeat(roots, sizes), np.repeat(index, sizes), link_arr[np.arange(total) + starts]
 
 
 def _lanes(

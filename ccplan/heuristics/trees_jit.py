@@ -379,7 +379,7 @@ def grow_arc_tree(
     parent: np.ndarray,
 ) -> tuple[float, float]:
     """The arc tree grown on the terminals from terminal index ``root``
-    (:func:`~ccplan.heuristics.trees_reduce_shallow.grown_tree`, its rule): ``parent`` (per
+    (:mod:`~ccplan.heuristics.trees_reduce_shallow`, its rule): ``parent`` (per
     terminal index, -1 at the root and where unreached) is written; returns its latency
     depth and its price ``sum_e pi_e load_e`` (every arc charged on each link of its path),
     depth ``inf`` when some terminal cannot be reached. ``w`` and ``pred`` are

@@ -62,8 +62,10 @@ from ccplan.heuristics.trees import (
     _stride,
     _ticking,
     _windowed_plan,
+    flat_steps,
     plan_trees,
     roots_and_terminals,
+    send_columns,
     slot_network,
     window_applies,
 )
@@ -76,7 +78,7 @@ from ccplan.heuristics.trees_pack import (
     optimal_rate,
     price_rounds,
 )
-from ccplan.heuristics.trees_reduce_shallow import arc_depth, arc_path, shallow_arc_trees
+from ccplan.heuristics.trees_reduce_shallow import arc_depth, arc_tree, shallow_arc_trees
 from ccplan.instances.collectives import allgather, broadcast
 from ccplan.instances.instance import Instance
 from ccplan.limits import Deadline, OutOfTimeError
@@ -149,25 +151,6 @@ ArcTrees = dict[int, list[list[tuple[int, list[int]]]]]
 _PACK_SHARE = 0.4  # share of the deadline the arc packing may use; the rest places the sends
 _RATE_KEPT = 1e-4  # relative rate the depth-minimising solve may give up
 _MWU_ETA = 4.0  # steepness of the seed rounds' link lengths (as trees_pack's seeds)
-
-
-def _arc_tree(paths: _Paths, parent: np.ndarray, root: int, pred: np.ndarray) -> list[tuple[int, list[int]]]:
-    """The arcs of a terminal-level arborescence (``parent`` per terminal index), every path
-    kept whole (no merging at a relay: each arc pays for its links), in breadth-first order
-    with the index of the tail's hold time (root 0, the head of arc j index j + 1)."""
-    children: list[list[int]] = [[] for _ in paths.terminals]
-    for v, p in enumerate(parent.tolist()):
-        if p >= 0:
-            children[p].append(v)
-    where = {root: 0}
-    arcs: list[tuple[int, list[int]]] = []
-    queue = [root]
-    for p in queue:
-        for c in children[p]:
-            queue.append(c)
-            arcs.append((where[p], arc_path(paths, pred, p, c)))
-            where[c] = len(arcs)
-    return arcs
 
 
 @dataclass
@@ -258,7 +241,7 @@ def pack_arc_trees(
             length = np.exp(np.minimum(_MWU_ETA * load * optimal / (k * cap), 50.0)) / cap
             w, pred = paths.matrix(length)
             i = paths.pos[rp]
-            arcs = _arc_tree(paths, min_arborescence(w, i), i, pred)
+            arcs = arc_tree(paths, min_arborescence(w, i), i, pred)
             for _, path in arcs:
                 load[path] += 1
             add(rp, arcs, None, 0.0)
@@ -269,7 +252,7 @@ def pack_arc_trees(
         added = 0
         for j, rp in enumerate(r_pos):
             i = paths.pos[rp]
-            added += add(rp, _arc_tree(paths, min_arborescence(w, i), i, pred), pi, float(sigma[j]))
+            added += add(rp, arc_tree(paths, min_arborescence(w, i), i, pred), pi, float(sigma[j]))
         return added
 
     z, weights, _, _, rounds = price_rounds(
@@ -545,6 +528,21 @@ def place_arcs(
             as_array(index_c, dtype=np.int64), as_array(link_c, dtype=np.int64))
 
 
+def _arc_steps(arcs: list[tuple[int, list[int]]]) -> list[tuple[int, int]]:
+    """An arc tree as the ``trees`` engine's steps ``(link, tail)``: each arc a chain of hops,
+    its first hop after the step that brought its tail (:func:`~ccplan.heuristics.trees.
+    flat_steps`)."""
+    steps: list[tuple[int, int]] = []
+    held = [0]  # per hold index (root, then each arc's head): the step that brought it, + 1
+    for tail, path in arcs:
+        prev = held[tail]
+        for e in path:
+            steps.append((e, prev))
+            prev = len(steps)
+        held.append(prev)
+    return steps
+
+
 def place_arcs_by_priority(
     instance: Instance, compiled: ArcTrees, weights: dict[int, list[float]], relays: frozenset[int],
     beta: float,
@@ -563,29 +561,13 @@ def place_arcs_by_priority(
     pos = topo.node_index
     chunks_of = _chunks_by_root(instance)
     picks = {r: _stride(weights[r], len(idx)) for r, idx in chunks_of.items()}
-    tree_id: dict[tuple[int, int], int] = {}
-    ptr = [0]
-    links: list[int] = []
-    tails: list[int] = []
-    for r, trees in compiled.items():
-        for k, arcs in enumerate(trees):
-            tree_id[(r, k)] = len(ptr) - 1
-            held = [0]  # per hold index (root, then each arc's head): the step that brought it, + 1
-            for tail, path in arcs:
-                prev = held[tail]
-                for e in path:
-                    links.append(e)
-                    tails.append(prev)
-                    prev = len(links) - ptr[-1]
-                held.append(prev)
-            ptr.append(len(links))
+    tree_id, step_ptr, link_arr, tail_arr = flat_steps(
+        {r: [_arc_steps(arcs) for arcs in trees] for r, trees in compiled.items()}
+    )
     order = [(k, r) for r, idx in chunks_of.items() for k in range(len(idx))]
     tree_of = np.array([tree_id[(r, picks[r][k])] for k, r in order], dtype=np.int64)
     rates = {r: sum(weights[r]) or 1.0 for r in chunks_of}
     release = np.array([k / rates[r] for k, r in order], dtype=np.float64)
-    step_ptr = np.array(ptr, dtype=np.int64)
-    link_arr = np.array(links, dtype=np.int64)
-    tail_arr = np.array(tails, dtype=np.int64)
     occ = np.asarray(instance.occupancy, dtype=np.int64)
     lat = np.asarray(instance.latency, dtype=np.int64)
     omega = np.asarray(instance.link_capacity, dtype=np.int64)
@@ -608,11 +590,8 @@ def place_arcs_by_priority(
         horizon *= 4
     else:
         return None
-    roots = np.array([r for _, r in order], dtype=np.int64)
-    index = np.array([chunks_of[r][k] for k, r in order], dtype=np.int64)
-    starts = np.repeat(step_ptr[tree_of] - np.concatenate(([0], np.cumsum(sizes)[:-1])), sizes)
-    link_col = link_arr[np.arange(total) + starts]
-    return out, np.repeat(roots, sizes), np.repeat(index, sizes), link_col
+    root_col, index_col, link_col = send_columns(order, chunks_of, step_ptr, tree_of, link_arr)
+    return out, root_col, index_col, link_col
 
 
 def reflect(

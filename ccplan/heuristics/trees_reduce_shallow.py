@@ -90,9 +90,11 @@ def arc_path(paths: _Paths, pred: np.ndarray, p: int, c: int) -> list[int]:
     return links
 
 
-def grown_tree(paths: _Paths, pred: np.ndarray, parent: np.ndarray, root: int) -> Arcs:
-    """The arcs of the tree :func:`~ccplan.heuristics.trees_jit.grow_arc_tree` grew from
-    terminal index ``root`` (``parent`` per terminal index), breadth first."""
+def arc_tree(paths: _Paths, parent: np.ndarray, root: int, pred: np.ndarray) -> Arcs:
+    """The arcs of a terminal-level arborescence (``parent`` per terminal index, -1 at the
+    root), every path kept whole (no merging at a relay: each arc pays for its links), in
+    breadth-first order with the index of the tail's hold time (root 0, the head of arc j
+    index j + 1)."""
     children: list[list[int]] = [[] for _ in paths.terminals]
     for v, p in enumerate(parent.tolist()):
         if p >= 0:
@@ -206,7 +208,7 @@ def shallow_arc_trees(
                 i = paths.pos[r]
                 deep, priced = grow_arc_tree(w, pred, terms, n, link_of, lat, pi, i, mu * scale, parent)
                 if deep * deep + priced < sigma[row_of[r]] - 1e-9 and add(
-                    r, grown_tree(paths, pred, parent, i)
+                    r, arc_tree(paths, parent, i, pred)
                 ):
                     added += 1
             if deadline.expired:
