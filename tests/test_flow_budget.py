@@ -47,3 +47,19 @@ def test_claim_says_when_the_slot_time_drops_alphas():
         assert res.verified and res.physical_gap is not None
         said = res.claim(inst)
         assert ("drops alphas" in said or "optimistic" in said) == inst.drops_alphas, said
+
+
+def test_claim_below_the_bound_names_the_reason_the_instance_has():
+    """A 6 x 6 torus AllGather of 64 MB at C = 4 by ``layered``: tau = 8.9 us, so the 0.7 us
+    alphas are dropped (alpha / tau under 0.1) and the slot time falls below the physical bound
+    (test_auto_chunks shows it). The claim calls the slot model optimistic and names the
+    dropped alphas, and not the cut-through hop (the switches store and forward)."""
+    from ccplan.instances.builtin import resolve_topology
+
+    topo = resolve_topology("torus2d", rows=6, cols=6)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=4), "64MB")
+    res = solve(inst, "layered", SolveOptions(time_limit=30, workers=1))
+    assert res.verified and res.physical_gap is not None and res.physical_gap < 0
+    said = res.claim(inst)
+    assert "optimistic here (alphas below alpha_threshold are dropped from the slots)" in said, said
+    assert "cut-through" not in said

@@ -114,12 +114,15 @@ class Result:
                 return (f"{text}; {pgap:.1%} above {bound} in slot time, which drops alphas below "
                         "alpha_threshold (`ccplan simulate` gives the alpha-beta time)")
             return f"{text}; {pgap:.1%} above {bound}"
-        why = (
-            "alphas below alpha_threshold are dropped from the slots"
-            if inst.alpha_threshold > 0
-            else "the cut-through hop's last transfer is not counted in the slots"
-        )
-        return f"{text}; {-pgap:.1%} below {bound}: the slot model is optimistic here ({why})"
+        # the reasons the instance has (a threshold above 0 alone drops nothing where every
+        # alpha is longer than it in slots)
+        reasons = [
+            *(["alphas below alpha_threshold are dropped from the slots"] if inst.drops_alphas else []),
+            *(["the cut-through hop's last transfer is not counted in the slots"]
+              if bool(inst.cut_through_links.any()) else []),
+        ]
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        return f"{text}; {-pgap:.1%} below {bound}: the slot model is optimistic here{why}"
 
     def _instance(self, instance: Instance | None) -> Instance:
         inst = instance if instance is not None else self.instance
