@@ -13,7 +13,8 @@ Per engine the contract is: a schedule the independent verifier accepts, or a cl
 topology has no Hamiltonian ring, ...); never an IndexError or the like, and never a schedule
 that fails verification. A schedule's makespan is at least the lower bound of
 :func:`ccplan.bounds.lower_bound_slots`, and in microseconds at least the physical bound
-(:func:`ccplan.pipeline.solve.physical_of`, a bound on any schedule). The physical bound
+(:func:`ccplan.pipeline.solve.physical_of`, a bound on any schedule's alpha-beta time: the slot
+time where the slots keep every alpha, else the schedule's replay). The physical bound
 depends on the instance only, so it is computed once per fabric here, not once per engine
 inside :func:`~ccplan.pipeline.solve.solve` (``physical_bound: False``; that was a sixth to a
 fifth of the file's CPU time). The exact engines (``milp``, ``exact-combining``) get
@@ -177,4 +178,12 @@ def test_engine_verifies_or_refuses_cleanly(index: int, label: str, engine: str)
     physical = _physical(index)
     assert result.makespan_us is not None
     if physical is not None:
-        assert physical.us <= result.makespan_us * (1 + 1e-9), f"{label} {engine}: below the physical bound"
+        # the physical bound holds for alpha-beta time; the slot time is that time (or above it)
+        # only where the slots keep every alpha, else the schedule's replay is the time to check
+        # (a slot time that drops alphas went 0.1 % under the bound on broader random shapes)
+        took = result.makespan_us
+        if inst.drops_alphas:
+            from ccplan.schedule.simulate import simulate
+
+            took = simulate(inst, result.schedule).completion_us
+        assert physical.us <= took * (1 + 1e-9), f"{label} {engine}: below the physical bound"
