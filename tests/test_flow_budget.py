@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import ccplan.bounds.flow_lp as flow_lp
 from ccplan.contract import SolveOptions
 from ccplan.instances import make_collective, make_instance
@@ -63,3 +65,18 @@ def test_claim_below_the_bound_names_the_reason_the_instance_has():
     said = res.claim(inst)
     assert "optimistic here (alphas below alpha_threshold are dropped from the slots)" in said, said
     assert "cut-through" not in said
+
+
+def test_the_engine_gets_the_limit_less_the_work_after_it():
+    """A 4-ring AllGather with C = 1,000: every GPU receives the 3 x 1,000 chunks of the
+    others, 12,000 deliveries. Under a 10 s limit the engine gets 10 - 12,000 x 2e-6 = 9.976 s
+    (the rest is kept for the verifier's replay and the bounds after it); under 0.04 s the
+    share kept is capped at a quarter, 0.01 s, so the engine gets 0.03 s; without a limit,
+    none."""
+    from ccplan.pipeline.solve import _engine_options
+
+    topo = ring(4, alpha_us=0.7)
+    inst = make_instance(topo, make_collective("allgather", topo, chunks=1000), "1GB")
+    assert _engine_options(inst, SolveOptions(time_limit=10.0)).time_limit == pytest.approx(9.976)
+    assert _engine_options(inst, SolveOptions(time_limit=0.04)).time_limit == pytest.approx(0.03)
+    assert _engine_options(inst, SolveOptions()).time_limit is None
