@@ -339,12 +339,7 @@ def _order(
     keyed: list[tuple[float, int, int]] = []
     for r, idx in chunks_of.items():
         rate = sum(weights[r]) or 1.0  # a starved root (the LP gave it nothing): index order
-        deep = []
-        for arcs in compiled[r]:
-            at = [0.0] * (len(arcs) + 1)
-            for j, (tail, path) in enumerate(arcs, start=1):
-                at[j] = at[tail] + float(sum(lat[e] for e in path))
-            deep.append(max(at))
+        deep = [arc_depth(arcs, lat) for arcs in compiled[r]]
         keyed.extend((k / rate - beta * deep[picks[r][k]], k, r) for k in range(len(idx)))
     keyed.sort()
     return [(k, r) for _, k, r in keyed]
@@ -571,7 +566,8 @@ def place_arcs_by_priority(
     occ = np.asarray(instance.occupancy, dtype=np.int64)
     lat = np.asarray(instance.latency, dtype=np.int64)
     omega = np.asarray(instance.link_capacity, dtype=np.int64)
-    left = beta * steps_left(step_ptr, link_arr, tail_arr, lat)
+    below = steps_left(step_ptr, link_arr, tail_arr, lat)
+    left = beta * below
     relay_pos = {pos[v] for v in relays}
     into = np.array([pos[lk.dst] if pos[lk.dst] in relay_pos else -1 for lk in topo.links], dtype=np.int64)
     out_of = np.array([pos[lk.src] if pos[lk.src] in relay_pos else -1 for lk in topo.links], dtype=np.int64)
@@ -579,7 +575,7 @@ def place_arcs_by_priority(
     total = int(sizes.sum())
     most = max((len(v) for v in chunks_of.values()), default=0)
     rate = min(rates.values(), default=1.0)
-    deepest = int(steps_left(step_ptr, link_arr, tail_arr, lat).max(initial=0))
+    deepest = int(below.max(initial=0))
     horizon = 2 * int(most / rate) + 4 * deepest + 64
     out = np.zeros(total, dtype=np.int64)
     for _ in range(2):

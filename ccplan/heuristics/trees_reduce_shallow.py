@@ -143,6 +143,15 @@ def shallow_arc_trees(
     rate = min((sum(weights[r]) for r in roots), default=0.0)
     if not roots or rate <= 0:
         return trees, weights
+    lat = np.ascontiguousarray(lat, dtype=np.float64)
+    key = (net.src, net.dst, net.cap, tuple(roots), tuple(terminals))
+    lat_key = tuple(lat.tolist())
+    cached = _POOLS.pop(key, None)
+    if cached is not None:
+        _POOLS[key] = cached
+        if cached.lat == lat_key and cached.rate >= rate * (1 - _SAME_RATE):
+            log.info("trees reduction: the shallow arc trees of an earlier instance with these latencies")
+            return cached.result
     row_of = {r: i for i, r in enumerate(roots)}
     lp = DepthLP(len(roots), np.array([float(c) for c in net.cap]), rate * (1 - _RATE_SLACK))
     paths = _Paths(net, terminals)
@@ -152,7 +161,6 @@ def shallow_arc_trees(
     for (a, b), e in paths.link_of.items():
         link_of[a, b] = e
     parent = np.empty(len(terms), dtype=np.int64)
-    lat = np.ascontiguousarray(lat, dtype=np.float64)
     columns: list[tuple[int, Arcs]] = []
     seen: set[tuple[int, tuple[tuple[int, ...], ...]]] = set()
 
@@ -164,10 +172,10 @@ def shallow_arc_trees(
         return loads
 
     def add(r: int, arcs: Arcs) -> bool:
-        key = (r, tuple(sorted(tuple(p) for _, p in arcs)))
-        if key in seen:
+        column = (r, tuple(sorted(tuple(p) for _, p in arcs)))
+        if column in seen:
             return False
-        seen.add(key)
+        seen.add(column)
         lp.add(row_of[r], loads_of(arcs), arc_depth(arcs, lat) ** 2)
         columns.append((r, arcs))
         return True
@@ -177,14 +185,7 @@ def shallow_arc_trees(
         for arcs, first in zip(trees[r], weights[r], strict=True):
             add(r, arcs)
             before += first * arc_depth(arcs, lat) ** 2
-    key = (net.src, net.dst, net.cap, tuple(roots), tuple(terminals))
-    lat_key = tuple(lat.tolist())
-    cached = _POOLS.pop(key, None)
     if cached is not None:
-        _POOLS[key] = cached
-        if cached.lat == lat_key and cached.rate >= rate * (1 - _SAME_RATE):
-            log.info("trees reduction: the shallow arc trees of an earlier instance with these latencies")
-            return cached.result
         for r, arcs in cached.kept:  # the trees of another C: its latencies differ a little
             add(r, arcs)
     rounds = 0
@@ -216,11 +217,12 @@ def shallow_arc_trees(
         if not added:
             break
     y = solved[0]
-    kept = [c for c, weight in zip(columns, y.tolist(), strict=True) if weight > 1e-12]
+    kept: list[tuple[int, Arcs]] = []
     out: dict[int, list[Arcs]] = {r: [] for r in roots}
     out_w: dict[int, list[float]] = {r: [] for r in roots}
     for (r, arcs), weight in zip(columns, y.tolist(), strict=True):
         if weight > 1e-12:
+            kept.append((r, arcs))
             out[r].append(arcs)
             out_w[r].append(weight)
     after = float(np.dot(y, lp.costs))

@@ -324,6 +324,16 @@ class Instance:
         return np.where(cut, self.delay, lat)
 
     @cached_property
+    def deliveries(self) -> int:
+        """The sends the collective needs at least
+        (:func:`ccplan.instances.estimate.count_deliveries`), counted once per instance: the
+        memory estimate and the time limit's share for verification both use it (0.38 s for
+        an AMD x2 ReduceScatter at C = 2,048)."""
+        from ccplan.instances.estimate import count_deliveries
+
+        return count_deliveries(self)
+
+    @cached_property
     def drops_alphas(self) -> bool:
         """Whether the slots leave out an alpha the machine has: a link with ``alpha > 0`` and
         no propagation slots (``alpha / tau <= alpha_threshold``). The slot time then does not

@@ -229,7 +229,7 @@ def solve_auto_chunks(
         at = min(room, key=lambda k: (room[k], k))
         left = horizon - (time.perf_counter() - start)
         at_instance = instance if at == instance.collective.chunks else build(at)
-        again = _improve(at_instance, method, opts, result, left, walls.get(at, 0.0), instance)
+        again = _improve(at_instance, method, opts, result, left, walls.get(at, 0.0), best_us)
         if again is not result:
             instance, result = at_instance, again
     log.info("--chunks auto chose C=%d of %s: %s", instance.collective.chunks, tried, stop)
@@ -272,9 +272,9 @@ def _probe_extra(method: str, opts: SolveOptions) -> Any:
 
 def _improve(
     instance: Instance, method: str, opts: SolveOptions, result: Result, left: float, wall: float,
-    best_instance: Instance,
+    best_us: float,
 ) -> Result:
-    """``result`` (the best candidate, solved on ``best_instance``) or, when the time ``left``
+    """``result`` (the best candidate, ranked at ``best_us``) or, when the time ``left``
     is more than twice the ``wall`` seconds the candidate at ``instance`` took, the method run
     on ``instance`` with the options as given (a portfolio's improvement search), within
     ``left`` less what ``result``'s run spent outside its engine (verification, bounds),
@@ -292,9 +292,9 @@ def _improve(
     if not again.verified or again.makespan_us is None:
         return result
     # ranked as the candidates were (the best one's instance may be another C)
-    now, then = _candidate_us(instance, again), _candidate_us(best_instance, result)
-    if now is not None and then is not None and (
-        now < then or (now == then and again.lower_bound_slots > result.lower_bound_slots)
+    now = _candidate_us(instance, again)
+    if now is not None and (
+        now < best_us or (now == best_us and again.lower_bound_slots > result.lower_bound_slots)
     ):
         return again
     return result

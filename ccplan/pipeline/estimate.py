@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ccplan.instances.estimate import _deliveries_per_node, _horizon_from, count_deliveries
+from ccplan.instances.estimate import _deliveries_per_node, _horizon_from
 from ccplan.instances.instance import Instance
 from ccplan.limits import (
     BYTES_PER_DEMAND,
@@ -44,7 +44,7 @@ def estimate_solve(instance: Instance, method: str | None = None) -> Estimate:
         cheapest_in[v] = min((int(occupancy[j]) for j in topo.in_links[v]), default=1)
     per_node = _deliveries_per_node(instance)
     # a combining collective's sends outnumber the (chunk, node) pairs it must receive
-    deliveries = max(int(per_node.sum()), count_deliveries(instance))
+    deliveries = max(int(per_node.sum()), instance.deliveries)
     link_slots = int((per_node * cheapest_in).sum())
     horizon = _horizon_from(instance, per_node)
     total = (

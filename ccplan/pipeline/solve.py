@@ -291,9 +291,7 @@ def _engine_options(instance: Instance, options: SolveOptions) -> SolveOptions:
     (:data:`POST_SECONDS_PER_DELIVERY`), so that :func:`solve` as a whole keeps the limit."""
     if options.time_limit is None:
         return options
-    from ccplan.instances.estimate import count_deliveries
-
-    kept = min(POST_MOST_SHARE * options.time_limit, POST_SECONDS_PER_DELIVERY * count_deliveries(instance))
+    kept = min(POST_MOST_SHARE * options.time_limit, POST_SECONDS_PER_DELIVERY * instance.deliveries)
     return replace(options, time_limit=options.time_limit - kept)
 
 

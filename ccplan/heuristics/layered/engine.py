@@ -37,11 +37,10 @@ def _within_time_limit(instance: Instance, opts: LayeredOptions, limit: float) -
     construction goes straight to the fallback.
     """
     from ccplan.heuristics import tree_fallback as fb
-    from ccplan.instances.estimate import count_deliveries
 
     start = time.perf_counter()
     usable = fb.applies(instance)
-    reserve = fb.reserve_seconds(count_deliveries(instance)) if usable else 0.0
+    reserve = fb.reserve_seconds(instance.deliveries) if usable else 0.0
     own = limit - reserve
     why = ""
     if own >= 0.1 * limit or not usable:
