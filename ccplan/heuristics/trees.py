@@ -554,7 +554,6 @@ def _compiled_placement(
 
     topo_pos = instance.topology.node_index
     tree_id, step_ptr, link_arr, tail_arr = flat_steps(compiled)
-    links = link_arr.tolist()
     tree_of = np.array([tree_id[(r, picks[r][k])] for k, r in order], dtype=np.int64)
     sizes = np.diff(step_ptr)[tree_of]
     total = int(sizes.sum())
@@ -563,7 +562,7 @@ def _compiled_placement(
     omega = np.asarray(instance.link_capacity, dtype=np.int64)
     rate = min((sum(t.weight for t in ts) for ts in plan.packing.trees.values()), default=0.0)
     most = max((len(v) for v in chunks_of.values()), default=0)
-    horizon = int(most / rate) if rate > 0 else most * int(occ.max()) * len(links)
+    horizon = int(most / rate) if rate > 0 else most * int(occ.max()) * len(link_arr)
     src = [topo_pos[lk.src] for lk in instance.topology.links]
     dst = [topo_pos[lk.dst] for lk in instance.topology.links]
     deepest = max(depth(t, src, dst, lat) for ts in plan.packing.trees.values() for t in ts)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ccplan.heuristics.trees_jit import grow_arc_tree
 from ccplan.heuristics.trees_pack import Network, _Paths
-from ccplan.heuristics.trees_shallow import _MUS, _RATE_SLACK, DepthLP
+from ccplan.heuristics.trees_shallow import _RATE_SLACK, DepthLP, priced_costs
 from ccplan.limits import Deadline
 
 log = logging.getLogger(__name__)
@@ -199,15 +199,14 @@ def shallow_arc_trees(
         rounds += 1
         if rounds > max_rounds or deadline.expired:
             break
-        scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
         added = 0
-        for mu in _MUS:
-            w, pred = paths.matrix(pi + mu * scale * lat)
+        for mu, cost in priced_costs(pi, lat, floor=0.0):  # the paths add their own per-hop cost
+            w, pred = paths.matrix(cost)
             pred = np.ascontiguousarray(pred, dtype=np.int64)
             w = np.ascontiguousarray(w, dtype=np.float64)
             for r in roots:
                 i = paths.pos[r]
-                deep, priced = grow_arc_tree(w, pred, terms, n, link_of, lat, pi, i, mu * scale, parent)
+                deep, priced = grow_arc_tree(w, pred, terms, n, link_of, lat, pi, i, mu, parent)
                 if deep * deep + priced < sigma[row_of[r]] - 1e-9 and add(
                     r, arc_tree(paths, parent, i, pred)
                 ):

@@ -186,11 +186,12 @@ class DepthLP:
                 np.abs(np.minimum(duals[self.nr:], 0.0)))
 
 
-def priced_costs(pi: np.ndarray, lat: np.ndarray) -> list[np.ndarray]:
-    """The pricing's link costs ``pi + mu L`` for every ``mu`` of :data:`_MUS` (in units of
-    the mean positive ``pi``), plus a tiny per-link cost so that zero costs stay edges."""
+def priced_costs(pi: np.ndarray, lat: np.ndarray, floor: float = 1e-9) -> list[tuple[float, np.ndarray]]:
+    """The pricing's latency weights ``mu`` (:data:`_MUS` in units of the mean positive ``pi``)
+    with their link costs ``pi + mu L``, plus ``floor`` per link so that zero costs stay edges
+    (a graph that adds its own per-hop cost passes 0)."""
     scale = float(pi[pi > 0].mean()) if (pi > 0).any() else 1.0
-    return [pi + mu * scale * lat + 1e-9 for mu in _MUS]
+    return [(mu * scale, pi + mu * scale * lat + floor) for mu in _MUS]
 
 
 def shallow_packing(
@@ -297,7 +298,7 @@ def _shallow_once(
         if rounds > max_rounds or deadline.expired:
             break
         added = 0
-        found = [pricing(cost) for cost in priced_costs(pi, lat)]
+        found = [pricing(cost) for _, cost in priced_costs(pi, lat)]
         for i, r in enumerate(roots):
             for links_of, depths in found:
                 tree = Tree(r, links_of[i])
